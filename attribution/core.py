@@ -1,0 +1,285 @@
+"""The engine-free attribution state machine for one user: the ch. 7 ``AttributionFn``, fixed.
+
+``UserAttribution`` holds what the DoFn holds (visits, impressions, pending goals and the
+min-goal timer) and exposes the DoFn's moves as plain methods:
+
+* ``add(events, watermark)``: buffer a batch of the user's events (late ones are counted and
+  dropped, redeliveries deduplicated by ``event_id``);
+* ``fire(watermark)``: attribute every pending goal at or below the watermark, in order;
+* ``gc(watermark)``: forget what can no longer matter (spec section 3);
+* ``next_timer()``: the minimum pending goal time, where the event-time timer belongs;
+* ``to_bytes()`` / ``from_bytes()``: the whole state as one compact, versioned Avro blob.
+
+A Spark backend is an adapter: state bytes and events in, rows and a timer out.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import fastavro
+
+from .config import AttributionConfig
+from .events import Event
+from .paths import Impression, ReferrerIndex, Visit
+
+# The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
+WATERMARK_INFINITY = 2 ** 62
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One output row (spec section 4). Timestamps are epoch milliseconds."""
+
+    user_id: str
+    goal_event_id: str
+    goal_url: str
+    goal_ts: int
+    impression_id: Optional[int]
+    impression_event_id: Optional[str]
+    impression_source_url: Optional[str]
+    impression_target_url: Optional[str]
+    impression_ts: Optional[int]
+    trail: tuple[str, ...]
+    model: str
+    credit: float
+
+    @property
+    def organic(self) -> bool:
+        return self.impression_id is None
+
+    def to_record(self) -> dict:
+        """The row as a dict in the Avro output schema (``trail`` as a list)."""
+        return {"user_id": self.user_id, "goal_event_id": self.goal_event_id,
+                "goal_url": self.goal_url, "goal_ts": self.goal_ts,
+                "impression_id": self.impression_id,
+                "impression_event_id": self.impression_event_id,
+                "impression_source_url": self.impression_source_url,
+                "impression_target_url": self.impression_target_url,
+                "impression_ts": self.impression_ts, "trail": list(self.trail),
+                "model": self.model, "credit": self.credit}
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What ``add`` did with a batch: stored, dropped as redelivered copies, dropped as late."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    late: int = 0
+
+
+class UserAttribution:
+    """The attribution state of one user and the rules that act on it."""
+
+    def __init__(self, user_id: str, config: AttributionConfig = AttributionConfig()):
+        self.user_id = user_id
+        self.config = config
+        self.visits: dict[str, Visit] = {}
+        # One canonical impression per logical impression: (source, target, bucket) -> impression.
+        self.impressions: dict[tuple[str, str, int], Impression] = {}
+        self.pending_goals: dict[str, Visit] = {}
+        self._impression_event_ids: set[str] = set()
+        # The highest watermark this user has been advanced to; events at or below it are late.
+        self.watermark: Optional[int] = None
+
+    # -- events in ------------------------------------------------------------------------------
+    def add(self, events: Iterable[Event], watermark: Optional[int] = None) -> AddResult:
+        """Buffer a batch of this user's events.
+
+        Events with ``ts <= watermark`` (or at or below a watermark this state already fired at)
+        are late: counted and dropped, never used. Heartbeats are ignored. A record whose
+        ``event_id`` is already held is a redelivery: the first copy counts (rule 1). An
+        impression that is not the canonical member of its logical impression is dropped too,
+        and counted with the duplicates (rule 3).
+        """
+        limit = self._max_watermark(watermark)
+        accepted = duplicates = late = 0
+        impression_ids = self._impression_event_ids
+        for e in events:
+            if e.event_type == "heartbeat":
+                continue
+            if limit is not None and e.ts <= limit:
+                late += 1
+                continue
+            if e.event_id in self.visits or e.event_id in impression_ids:
+                duplicates += 1
+                continue
+            if e.event_type == "visit":
+                v = Visit(e.event_id, e.ts, e.url, e.referer, e.is_goal, pending=e.is_goal)
+                self.visits[e.event_id] = v
+                if v.pending:
+                    self.pending_goals[e.event_id] = v
+                accepted += 1
+            elif self._add_impression(e, impression_ids):
+                accepted += 1
+            else:
+                duplicates += 1
+        return AddResult(accepted, duplicates, late)
+
+    def _add_impression(self, e: Event, impression_ids: set) -> bool:
+        """Keep ``e`` if it becomes its logical impression's canonical member (rule 3)."""
+        group = (e.source_url, e.target_url, e.ts // self.config.dedup_window_ms)
+        new = Impression(e.event_id, e.impression_id, e.ts, e.source_url, e.target_url)
+        old = self.impressions.get(group)
+        if old is not None:
+            if old.rank <= new.rank:
+                return False  # a click-spam copy of an earlier click
+            # Only reachable with late data: a consumed logical impression stays consumed.
+            new.consumed = old.consumed
+            impression_ids.discard(old.event_id)
+        self.impressions[group] = new
+        impression_ids.add(e.event_id)
+        return True
+
+    # -- the timer ------------------------------------------------------------------------------
+    def next_timer(self) -> Optional[int]:
+        """The min-goal timer: the earliest pending goal's ``ts``, or ``None`` when none is pending."""
+        if not self.pending_goals:
+            return None
+        return min(g.ts for g in self.pending_goals.values())
+
+    def fire(self, watermark: int) -> list[Attribution]:
+        """Attribute every pending goal with ``ts <= watermark`` in ``(ts, event_id)`` order (rule 7)."""
+        self.watermark = self._max_watermark(watermark)
+        due = sorted((g for g in self.pending_goals.values() if g.ts <= watermark),
+                     key=lambda g: (g.ts, g.event_id))
+        if not due:
+            return []
+        index = ReferrerIndex(self.visits.values(), self.impressions.values())
+        rows = []
+        for goal in due:
+            impression = index.last_touch(goal, self.config.lookback_ms)
+            if impression is None:
+                rows.append(self._organic(goal))
+            else:
+                impression.consumed = True
+                trail = tuple(v.url for v in index.trail(impression, goal))
+                rows.append(self._attributed(goal, impression, trail))
+            goal.pending = False
+            del self.pending_goals[goal.event_id]
+        return rows
+
+    def gc(self, watermark: int) -> int:
+        """Drop what no future goal can use (spec section 3); return how many items were dropped.
+
+        Visits go once ``ts < W - lookback``; impressions once their dedup bucket ends at or
+        before ``W - lookback``. Pending goals are never dropped: call ``fire`` first.
+        """
+        horizon = watermark - self.config.lookback_ms
+        window = self.config.dedup_window_ms
+        stale_visits = [k for k, v in self.visits.items() if v.ts < horizon and not v.pending]
+        for k in stale_visits:
+            del self.visits[k]
+        stale_impressions = [g for g in self.impressions if (g[2] + 1) * window <= horizon]
+        for g in stale_impressions:
+            self._impression_event_ids.discard(self.impressions.pop(g).event_id)
+        return len(stale_visits) + len(stale_impressions)
+
+    def advance(self, watermark: int) -> list[Attribution]:
+        """Fire, then garbage-collect, at ``watermark``: what a timer firing does."""
+        rows = self.fire(watermark)
+        self.gc(watermark)
+        return rows
+
+    # -- introspection ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Number of events held (visits, goals included, plus canonical impressions)."""
+        return len(self.visits) + len(self.impressions)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.visits and not self.impressions
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def _max_watermark(self, watermark: Optional[int]) -> Optional[int]:
+        if watermark is None:
+            return self.watermark
+        if self.watermark is None:
+            return watermark
+        return max(watermark, self.watermark)
+
+    def _organic(self, goal: Visit) -> Attribution:
+        return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
+                           None, None, None, None, None, (), self.config.model, 0.0)
+
+    def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...]) -> Attribution:
+        return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
+                           i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
+                           trail, self.config.model, 1.0)
+
+    # -- state bytes --------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """Encode the whole state as one versioned, schemaless Avro blob."""
+        buf = io.BytesIO()
+        buf.write(bytes([STATE_VERSION]))
+        fastavro.schemaless_writer(buf, _STATE_SCHEMA, {
+            "user_id": self.user_id,
+            "watermark": self.watermark,
+            "visits": [{"event_id": v.event_id, "ts": v.ts, "url": v.url, "referer": v.referer,
+                        "goal": (2 if v.pending else 1) if v.is_goal else 0}
+                       for v in self.visits.values()],
+            "impressions": [{"event_id": i.event_id, "impression_id": i.impression_id, "ts": i.ts,
+                             "source_url": i.source_url, "target_url": i.target_url,
+                             "consumed": i.consumed}
+                            for i in self.impressions.values()],
+        })
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
+        """Decode a blob written by ``to_bytes`` of this or an earlier state version."""
+        if not blob:
+            raise ValueError("empty attribution state blob")
+        version = blob[0]
+        if version not in _READERS:
+            raise ValueError(f"attribution state version {version} is newer than this code "
+                             f"understands (max {STATE_VERSION})")
+        record = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _READERS[version], None)
+        state = cls(record["user_id"], config)
+        state.watermark = record["watermark"]
+        for r in record["visits"]:
+            v = Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
+            state.visits[v.event_id] = v
+            if v.pending:
+                state.pending_goals[v.event_id] = v
+        window = config.dedup_window_ms
+        for r in record["impressions"]:
+            i = Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
+                           r["target_url"], r["consumed"])
+            state.impressions[(i.source_url, i.target_url, i.ts // window)] = i
+            state._impression_event_ids.add(i.event_id)
+        return state
+
+
+STATE_VERSION = 1
+
+_STATE_SCHEMA = fastavro.parse_schema({
+    "type": "record", "name": "UserAttributionStateV1", "namespace": "streamjoin.attribution",
+    "fields": [
+        {"name": "user_id", "type": "string"},
+        {"name": "watermark", "type": ["null", "long"]},
+        {"name": "visits", "type": {"type": "array", "items": {
+            "type": "record", "name": "StateVisit", "fields": [
+                {"name": "event_id", "type": "string"},
+                {"name": "ts", "type": "long"},
+                {"name": "url", "type": "string"},
+                {"name": "referer", "type": ["null", "string"]},
+                # 0 = plain visit, 1 = goal already attributed, 2 = goal pending
+                {"name": "goal", "type": "int"},
+            ]}}},
+        {"name": "impressions", "type": {"type": "array", "items": {
+            "type": "record", "name": "StateImpression", "fields": [
+                {"name": "event_id", "type": "string"},
+                {"name": "impression_id", "type": "long"},
+                {"name": "ts", "type": "long"},
+                {"name": "source_url", "type": "string"},
+                {"name": "target_url", "type": "string"},
+                {"name": "consumed", "type": "boolean"},
+            ]}}},
+    ],
+})
+
+# Readers by version; a later version adds its schema here and keeps the old ones readable.
+_READERS = {1: _STATE_SCHEMA}
