@@ -81,22 +81,31 @@ def event_struct():
     return spark_struct(EVENT_SCHEMA)
 
 
-def read_event_stream(spark, events_dir: str, fmt: str, max_files_per_trigger: Optional[int] = None):
-    """A file stream of spec events (JSON lines or Parquet) with the project's event schema."""
-    reader = spark.readStream.schema(event_struct()).format(fmt)
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+# Only files with the format's extension are input: a README or a _SUCCESS marker next to the
+# data must not turn into all-null rows.
+FILE_GLOBS = {"json": "*.{json,jsonl}", "parquet": "*.parquet"}
+
+
+def _configure_reader(reader, fmt: str):
+    if fmt not in FILE_GLOBS:
+        raise ValueError(f"unsupported input format {fmt!r}; expected one of {sorted(FILE_GLOBS)}")
+    reader = reader.schema(event_struct()).format(fmt).option("pathGlobFilter", FILE_GLOBS[fmt])
     if fmt == "json":
         reader = reader.option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss[.SSS]XXX")
+    return reader
+
+
+def read_event_stream(spark, events_dir: str, fmt: str, max_files_per_trigger: Optional[int] = None):
+    """A file stream of spec events (JSON lines or Parquet) with the project's event schema."""
+    reader = _configure_reader(spark.readStream, fmt)
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
     return reader.load(events_dir)
 
 
 def read_event_batch(spark, events_dir: str, fmt: str):
     """The same input read once, as a batch DataFrame."""
-    reader = spark.read.schema(event_struct()).format(fmt)
-    if fmt == "json":
-        reader = reader.option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss[.SSS]XXX")
-    return reader.load(events_dir)
+    return _configure_reader(spark.read, fmt).load(events_dir)
 
 
 def apply_trigger(writer, trigger: str):
