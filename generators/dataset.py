@@ -1,0 +1,235 @@
+"""The library API: ``build(params)`` makes a dataset in memory, ``generate(params, out)`` writes it.
+
+``generate`` writes, under ``out``:
+
+* ``events/part-00000.<ext>`` ...: the records in arrival order, split into ``params.files``
+  files (and, with ``params.heartbeat``, one more file holding a single heartbeat);
+* ``truth/attributions.parquet``: the batch oracle over the events *read back from those
+  files*, so the truth is exactly what a reader of the files should get;
+* ``manifest.json``: seed, parameters, counts, disorder statistics, late records;
+* ``skew.png``: event time against arrival order (when matplotlib is installed).
+
+Tests, the benchmark and the jobs' examples all call this module rather than the CLI.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import networkx as nx
+import numpy as np
+from tqdm import tqdm
+
+from attribution.core import Attribution
+from attribution.io import data_files, read_events, write_attributions
+from attribution.oracle import attribute_batch
+
+from . import manifest as manifest_mod
+from .behaviour import EventColumns, Sessions, batch_sessions, sessions_to_events
+from .disorder import Arrival, arrange, arrival_lag, file_watermarks, late_mask
+from .params import GeneratorParams
+from .site import SiteArrays, build_site, to_arrays, user_ids
+from .skew import plot_skew
+from .writers import Vocabulary, heartbeat_record, part_name, write_events_file
+
+EVENTS_DIR = "events"
+TRUTH_FILE = Path("truth") / "attributions.parquet"
+MANIFEST_FILE = "manifest.json"
+SKEW_FILE = "skew.png"
+# Independent random streams, so that e.g. a disorder knob never changes the events themselves.
+_BEHAVIOUR_STREAM, _DISORDER_STREAM = 1, 2
+
+
+class OutputExists(Exception):
+    """The output directory already holds generated data (and overwrite was not asked for)."""
+
+
+@dataclass
+class Dataset:
+    """A generated dataset in memory: the site, the events and their arrival."""
+
+    params: GeneratorParams
+    graph: nx.DiGraph
+    site: SiteArrays
+    vocab: Vocabulary
+    sessions: Sessions
+    events: EventColumns
+    arrival: Arrival
+
+    def file_events(self, k: int) -> EventColumns:
+        """The records of file ``k`` in their written order."""
+        return self.events.take(self.arrival.rows[self.arrival.file_slices()[k]])
+
+    def arrival_ts(self) -> np.ndarray:
+        """Event time of every record, in arrival order (heartbeat excluded)."""
+        return self.events.ts[self.arrival.rows]
+
+    def arrival_lag(self) -> np.ndarray:
+        return arrival_lag(self.arrival_ts())
+
+    def file_ts(self) -> list[np.ndarray]:
+        ts = self.arrival_ts()
+        return [ts[s] for s in self.arrival.file_slices()]
+
+    def late_masks(self) -> list[np.ndarray]:
+        """Per file, the records late for ``params.watermark_delay`` (Spark's file-stream rule)."""
+        return late_mask(self.file_ts(), self.params.watermark_delay_ms)
+
+    def late_event_ids(self) -> list[str]:
+        from .writers import id_array
+
+        late = np.concatenate(self.late_masks()) if self.params.files else np.empty(0, bool)
+        return id_array(self.events.seq[self.arrival.rows[late]]).to_pylist()
+
+    @property
+    def heartbeat_ts(self) -> Optional[int]:
+        """Last event time + watermark delay + 1 ms: enough for the watermark to pass every goal."""
+        if not self.params.heartbeat or not len(self.events):
+            return None
+        return int(self.events.ts.max()) + self.params.watermark_delay_ms + 1
+
+
+@dataclass
+class GenerationResult:
+    """What ``generate`` wrote."""
+
+    out: Path
+    dataset: Dataset
+    event_files: list[Path]
+    manifest: dict
+    truth: Optional[list[Attribution]] = None
+    skew_png: Optional[Path] = None
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def events_dir(self) -> Path:
+        return self.out / EVENTS_DIR
+
+    @property
+    def truth_path(self) -> Path:
+        return self.out / TRUTH_FILE
+
+    @property
+    def records(self) -> int:
+        return sum(f["records"] for f in self.manifest["files"])
+
+
+def build(params: GeneratorParams) -> Dataset:
+    """Generate the site, the users' sessions and events, and their arrival order, in memory."""
+    graph = build_site(params)
+    site = to_arrays(graph)
+    vocab = Vocabulary(site.urls, user_ids(params.seed, params.users))
+    behaviour_rng = np.random.Generator(np.random.PCG64([params.seed, _BEHAVIOUR_STREAM]))
+    sessions = batch_sessions(params, behaviour_rng)
+    events = sessions_to_events(params, site, sessions, behaviour_rng)
+    disorder_rng = np.random.Generator(np.random.PCG64([params.seed, _DISORDER_STREAM]))
+    arrival = arrange(params, events.ts, events.kind, disorder_rng)
+    return Dataset(params, graph, site, vocab, sessions, events, arrival)
+
+
+def _prepare_out(out: Path, overwrite: bool) -> Path:
+    events_dir = out / EVENTS_DIR
+    existing = [p for p in (events_dir, out / TRUTH_FILE, out / MANIFEST_FILE) if p.exists()]
+    if existing and not overwrite:
+        raise OutputExists(f"{out} already holds generated data ({existing[0].name}); "
+                           "choose another directory or pass --overwrite")
+    if events_dir.exists():
+        shutil.rmtree(events_dir)
+    for stale in (out / TRUTH_FILE, out / MANIFEST_FILE, out / SKEW_FILE,
+                  out / manifest_mod.LATE_IDS_FILE):
+        if stale.exists():
+            stale.unlink()
+    events_dir.mkdir(parents=True)
+    return events_dir
+
+
+def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = True,
+             overwrite: bool = False, progress: bool = False) -> GenerationResult:
+    """Generate a dataset and write events, truth, manifest and picture under ``out``.
+
+    Raises ``OutputExists`` when ``out`` already holds a dataset and ``overwrite`` is false.
+    """
+    out = Path(out)
+    events_dir = _prepare_out(out, overwrite)
+    seconds = {}
+    started = time.perf_counter()
+    dataset = build(params)
+    seconds["build"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    slices = dataset.arrival.file_slices()
+    n_files = len(slices) + (1 if params.heartbeat else 0)
+    # Spark's file source orders new files by modification time (milliseconds); give each
+    # file its own second, in name order, so a stream replays them in arrival order.
+    first_mtime = (time.time_ns() // 1_000_000_000 - n_files) * 1_000_000_000
+    watermarks = file_watermarks(dataset.file_ts(), params.watermark_delay_ms)
+    masks = dataset.late_masks()
+    files, paths = [], []
+    for k in tqdm(range(len(slices)), desc="writing event files", unit="file", file=sys.stderr,
+                  disable=not progress):
+        path = events_dir / part_name(k, params.format)
+        chunk = dataset.file_events(k)
+        write_events_file(path, params.format, chunk, dataset.vocab, params.seed,
+                          mtime_ns=first_mtime + k * 1_000_000_000)
+        files.append(_file_entry(path, chunk.ts, watermarks[k], int(masks[k].sum())))
+        paths.append(path)
+    heartbeat = None
+    if params.heartbeat:
+        path = events_dir / part_name(len(slices), params.format)
+        record = heartbeat_record(dataset.heartbeat_ts, len(dataset.events))
+        write_events_file(path, params.format, None, dataset.vocab, params.seed, heartbeat=record,
+                          mtime_ns=first_mtime + len(slices) * 1_000_000_000)
+        heartbeat = {"file": path.name, "event_id": record["event_id"], "ts_ms": record["ts"]}
+        files.append(_file_entry(path, np.array([record["ts"]]),
+                                 file_watermarks(dataset.file_ts() + [np.array([record["ts"]])],
+                                                 params.watermark_delay_ms)[-1], 0))
+        paths.append(path)
+    seconds["write"] = time.perf_counter() - started
+
+    rows = None
+    truth_summary = None
+    if truth:
+        started = time.perf_counter()
+        if progress:
+            print(f"computing the truth over {len(dataset.events):,} events ...", file=sys.stderr)
+        rows = attribute_batch(read_events(events_dir), params.attribution_config())
+        write_attributions(rows, out / TRUTH_FILE)
+        attributed = sum(1 for r in rows if not r.organic)
+        truth_summary = {"path": TRUTH_FILE.as_posix(), "rows": len(rows), "attributed": attributed,
+                         "organic": len(rows) - attributed,
+                         "sha256": manifest_mod.sha256_of(out / TRUTH_FILE)}
+        seconds["truth"] = time.perf_counter() - started
+
+    late_ids = dataset.late_event_ids()
+    manifest = manifest_mod.build_manifest(dataset, files, late_ids, truth_summary, heartbeat)
+    manifest_mod.write_manifest(manifest, out, late_ids)
+
+    png = None
+    if plot:
+        started = time.perf_counter()
+        late = np.concatenate(masks) if masks else np.empty(0, bool)
+        title = (f"{params.disorder} disorder, seed {params.seed}: {len(late):,} records, "
+                 f"{int(late.sum()):,} late for a {params.watermark_delay} watermark delay")
+        if plot_skew(dataset.arrival_ts(), late, dataset.arrival.file_edges, watermarks,
+                     out / SKEW_FILE, title):
+            png = out / SKEW_FILE
+        seconds["plot"] = time.perf_counter() - started
+    return GenerationResult(out, dataset, paths, manifest, rows, png, seconds)
+
+
+def _file_entry(path: Path, ts: np.ndarray, watermark: int, late: int) -> dict:
+    none = watermark == np.iinfo(np.int64).min
+    return {"name": path.name, "records": int(len(ts)),
+            "min_ts_ms": int(ts.min()) if len(ts) else None,
+            "max_ts_ms": int(ts.max()) if len(ts) else None,
+            "watermark_ms": None if none else int(watermark), "late_records": late,
+            "sha256": manifest_mod.sha256_of(path)}
+
+
+def event_dir_files(out) -> list[Path]:
+    """The event files of a generated dataset, in arrival (name) order."""
+    return data_files(Path(out) / EVENTS_DIR)

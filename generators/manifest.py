@@ -1,0 +1,149 @@
+"""The manifest: what a generator run produced and how disordered it is.
+
+``manifest.json`` records the seed and every parameter, counts by kind, the site's shape, the
+disorder statistics (maximum and p99 arrival delay, and the late records for the chosen
+watermark delay, with ``no_late_events`` as a plain boolean), one entry per file with its
+checksum, and a summary of the truth. It holds nothing run-dependent (no clock, no absolute
+path), so it is as reproducible as the data. Long late lists go to ``late_event_ids.txt``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .behaviour import IMPRESSION, VISIT
+
+MANIFEST_VERSION = 1
+LATE_IDS_FILE = "late_event_ids.txt"
+INLINE_LATE_IDS = 1_000
+ARRIVAL_DELAY_MEANING = ("how far behind the maximum event time seen so far (the record "
+                         "included) a record arrives, in arrival order across all files")
+_LIBRARIES = ("numpy", "faker", "pyarrow", "fastavro", "networkx")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def library_versions() -> dict:
+    """Versions that the bytes depend on; same versions, same seed, same bytes."""
+    out = {}
+    for name in _LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def event_counts(dataset) -> dict:
+    """Counts by kind over the distinct generated events and the written records."""
+    ev = dataset.events
+    visit = ev.kind == VISIT
+    imp = ev.kind == IMPRESSION
+    window = dataset.params.dedup_window_ms
+    # Click-spam copies: impressions of the same ad to the same user in the same dedup bucket
+    # beyond the first; they collapse into one logical impression (spec rule 3).
+    logical = _distinct(ev.user[imp], ev.source[imp], ev.target[imp], ev.ts[imp] // window)
+    # Repeat visits: a visit to a URL the same user has already visited.
+    distinct_pairs = _distinct(ev.user[visit], ev.url[visit])
+    records = len(dataset.arrival.rows)
+    return {
+        "users": dataset.params.users,
+        "sessions": int(len(dataset.sessions)),
+        "paid_sessions": int(dataset.sessions.paid.sum()),
+        "organic_sessions": int((~dataset.sessions.paid).sum()),
+        "events": int(len(ev)),
+        "visits": int(visit.sum()),
+        "goals": int((visit & ev.is_goal).sum()),
+        "impressions": int(imp.sum()),
+        "logical_impressions": int(logical),
+        "click_spam_duplicates": int(imp.sum() - logical),
+        "repeat_visits": int(visit.sum() - distinct_pairs),
+        "records": int(records),
+        "redelivered_records": int(records - len(ev)),
+        "heartbeats": 1 if dataset.params.heartbeat else 0,
+    }
+
+
+def _distinct(*columns: np.ndarray) -> int:
+    """Number of distinct rows of parallel integer columns (one sort, no Python loop)."""
+    if not len(columns[0]):
+        return 0
+    order = np.lexsort(columns[::-1])
+    changed = np.zeros(len(order), dtype=bool)
+    changed[0] = True
+    for column in columns:
+        sorted_column = column[order]
+        changed[1:] |= sorted_column[1:] != sorted_column[:-1]
+    return int(changed.sum())
+
+
+def site_summary(dataset) -> dict:
+    site = dataset.site
+    return {
+        "pages": int(site.n_pages),
+        "goal_pages": int(site.is_goal.sum()),
+        "search_pages": int(site.n_search),
+        "links": int(len(site.link_idx)),
+        "ads": int(len(site.ad_source)),
+        "domains": dataset.params.domains,
+    }
+
+
+def build_manifest(dataset, files: list[dict], late_ids: list[str], truth: Optional[dict],
+                   heartbeat: Optional[dict]) -> dict:
+    """The manifest as a dict; ``files`` are per-file entries, ``late_ids`` the late records'
+    event ids in arrival order (see ``disorder.late_mask``)."""
+    params = dataset.params
+    lag = dataset.arrival_lag()
+    disorder = {
+        "model": params.disorder,
+        "arrival_delay_meaning": ARRIVAL_DELAY_MEANING,
+        "max_arrival_delay_ms": int(lag.max()) if len(lag) else 0,
+        "p99_arrival_delay_ms": int(np.percentile(lag, 99, method="higher")) if len(lag) else 0,
+        "watermark_delay_ms": params.watermark_delay_ms,
+        "late_rule": ("files are read one per micro-batch in name order; the watermark for file "
+                      "k is max(ts of files before k) - watermark_delay; a record is late iff "
+                      "ts <= that watermark"),
+        "late_requested": int(dataset.arrival.requested_late),
+        "late_made_on_purpose": int(dataset.arrival.forced_late.sum()),
+        "late_count": len(late_ids),
+        "no_late_events": not late_ids,
+    }
+    if len(late_ids) <= INLINE_LATE_IDS:
+        disorder["late_event_ids"] = late_ids
+    else:
+        disorder["late_event_ids_file"] = LATE_IDS_FILE
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "generator": "generators (streamgen)",
+        "seed": params.seed,
+        "params": params.to_dict(),
+        "library_versions": library_versions(),
+        "site": site_summary(dataset),
+        "counts": event_counts(dataset),
+        "disorder": disorder,
+        "files": files,
+        "heartbeat": heartbeat,
+        "truth": truth,
+    }
+
+
+def write_manifest(manifest: dict, out: Path, late_ids: list[str]) -> Path:
+    """Write ``manifest.json`` (and the late id list when it is long); return the manifest path."""
+    out = Path(out)
+    if "late_event_ids_file" in manifest["disorder"]:
+        (out / LATE_IDS_FILE).write_text("".join(i + "\n" for i in late_ids), encoding="utf-8")
+    path = out / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return path

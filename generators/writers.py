@@ -1,0 +1,216 @@
+"""Rendering generated events into spec files: JSON lines, Parquet and Avro, written atomically.
+
+Events arrive here as integer columns (``behaviour.EventColumns``) plus a ``Vocabulary`` of the
+few distinct strings (URLs, user ids). Rendering is vectorised: Arrow ``take`` for Parquet,
+pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
+``attribution.io`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
+Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
+
+Every file is written under a hidden temporary name and renamed into place, so a file stream
+never sees a partial file. Output is byte-for-byte reproducible: fixed Parquet options and an
+Avro sync marker derived from the seed and file name instead of random bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from attribution.io import FORMATS
+from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES, arrow_schema
+
+from .behaviour import NULL, VISIT, EventColumns
+
+EXTENSIONS = {"json": ".json", "parquet": ".parquet", "avro": ".avro"}
+EVENT_ID_PREFIX = "ev-"
+HEARTBEAT_ID_PREFIX = "hb-"
+ID_DIGITS = 12
+_ARROW_SCHEMA = arrow_schema(EVENT_SCHEMA)
+# Pinned so that a newer pyarrow default does not silently change the bytes.
+PARQUET_OPTIONS = dict(version="2.6", compression="snappy", use_dictionary=True,
+                       write_statistics=True, data_page_version="1.0", store_schema=True)
+_JSON_LINE = ('{{"event_id": "{}", "user_id": {}, "event_type": "{}", "ts": "{}Z", "url": {}, '
+              '"referer": {}, "is_goal": {}, "impression_id": {}, "source_url": {}, '
+              '"target_url": {}}}\n')
+_GOAL_TOKENS = np.array(["false", "true", "null"], dtype=object)
+_TYPE_NAMES = np.array(list(EVENT_TYPES), dtype=object)  # visit=0, impression=1, heartbeat=2
+
+
+def part_name(index: int, fmt: str) -> str:
+    """``part-00000.json`` and so on; name order is arrival order."""
+    return f"part-{index:05d}{EXTENSIONS[fmt]}"
+
+
+class Vocabulary:
+    """The distinct strings events index into, with their Arrow and JSON renderings cached."""
+
+    def __init__(self, urls: list[str], user_ids: list[str]):
+        self.urls = urls
+        self.user_ids = user_ids
+        # A trailing null entry: index NULL (-1) is remapped to it, which is cheaper than a mask.
+        self._urls_arrow = pa.array(urls + [None], type=pa.string())
+        self._users_arrow = pa.array(user_ids + [None], type=pa.string())
+        self._url_tokens: Optional[np.ndarray] = None
+        self._user_tokens: Optional[np.ndarray] = None
+
+    def url_tokens(self) -> np.ndarray:
+        """JSON tokens of the URLs; index -1 (``NULL``) lands on the trailing ``null``."""
+        if self._url_tokens is None:
+            self._url_tokens = np.array([json.dumps(u) for u in self.urls] + ["null"], dtype=object)
+        return self._url_tokens
+
+    def user_tokens(self) -> np.ndarray:
+        if self._user_tokens is None:
+            self._user_tokens = np.array([json.dumps(u) for u in self.user_ids] + ["null"],
+                                         dtype=object)
+        return self._user_tokens
+
+    def urls_at(self, index: np.ndarray) -> pa.Array:
+        return pc.take(self._urls_arrow, np.where(index < 0, len(self.urls), index))
+
+    def users_at(self, index: np.ndarray) -> pa.Array:
+        return pc.take(self._users_arrow, np.where(index < 0, len(self.user_ids), index))
+
+
+def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
+    """Fixed-width ids such as ``ev-000000000042``, built as raw bytes (no Python loop).
+
+    Fixed width makes string order equal number order, so generation order breaks ts ties.
+    """
+    seq = np.asarray(seq, dtype=np.int64)
+    if len(seq) and (seq.min() < 0 or seq.max() >= 10 ** ID_DIGITS):
+        raise ValueError(f"event numbers must lie in [0, 1e{ID_DIGITS})")
+    head = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
+    width = len(head) + ID_DIGITS
+    buf = np.empty((len(seq), width), dtype=np.uint8)
+    buf[:, : len(head)] = head
+    rest = seq.copy()
+    for column in range(width - 1, len(head) - 1, -1):
+        rest, digit = np.divmod(rest, 10)
+        buf[:, column] = digit + ord("0")
+    if len(seq) * width >= 2 ** 31:
+        raise ValueError("too many events for one file; use more --files")
+    offsets = np.arange(len(seq) + 1, dtype=np.int32) * width
+    return pa.StringArray.from_buffers(len(seq), pa.py_buffer(offsets.tobytes()),
+                                       pa.py_buffer(buf.tobytes()))
+
+
+def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
+    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC)."""
+    visit = events.kind == VISIT
+    columns = {
+        "event_id": id_array(events.seq),
+        "user_id": vocab.users_at(events.user),
+        "event_type": pc.take(pa.array(list(EVENT_TYPES)), pa.array(events.kind.astype(np.int64))),
+        "ts": pa.array(events.ts * 1000, type=pa.timestamp("us", tz="UTC")),
+        "url": vocab.urls_at(events.url),
+        "referer": vocab.urls_at(events.referer),
+        "is_goal": pa.array(events.is_goal, mask=~visit, type=pa.bool_()),
+        "impression_id": pa.array(events.impression_id, mask=events.impression_id < 0,
+                                  type=pa.int64()),
+        "source_url": vocab.urls_at(events.source),
+        "target_url": vocab.urls_at(events.target),
+    }
+    return pa.Table.from_arrays([columns[name] for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
+
+
+def heartbeat_record(ts_ms: int, seq: int) -> dict:
+    """The trailing heartbeat: an id and a time, every other field null."""
+    record = {name: None for name in EVENT_FIELDS}
+    record.update(event_id=f"{HEARTBEAT_ID_PREFIX}{seq:0{ID_DIGITS}d}", event_type="heartbeat",
+                  ts=ts_ms)
+    return record
+
+
+def json_lines(events: EventColumns, vocab: Vocabulary) -> str:
+    """Events as JSON lines, each line equal to ``json.dumps`` of the record."""
+    goal = np.where(events.kind == VISIT, events.is_goal.astype(np.int64), 2)
+    impression = np.where(events.impression_id < 0, "null",
+                          events.impression_id.astype(str)).tolist()
+    urls = vocab.url_tokens()
+    iso = np.datetime_as_string(events.ts.astype("datetime64[ms]"), unit="ms").tolist()
+    return "".join(map(
+        _JSON_LINE.format,
+        id_array(events.seq).to_pylist(), vocab.user_tokens()[events.user].tolist(),
+        _TYPE_NAMES[events.kind].tolist(), iso, urls[events.url].tolist(),
+        urls[events.referer].tolist(), _GOAL_TOKENS[goal].tolist(), impression,
+        urls[events.source].tolist(), urls[events.target].tolist()))
+
+
+def avro_records(events: EventColumns, vocab: Vocabulary) -> list[dict]:
+    """Events as dicts for fastavro (``ts`` as epoch milliseconds, nulls as ``None``)."""
+    urls = np.array(vocab.urls + [None], dtype=object)
+    users = np.array(vocab.user_ids + [None], dtype=object)
+    visit = events.kind == VISIT
+    goal = np.where(visit, events.is_goal, None).tolist()
+    impression = np.where(events.impression_id < 0, None, events.impression_id).tolist()
+    columns = (id_array(events.seq).to_pylist(), users[events.user].tolist(),
+               _TYPE_NAMES[events.kind].tolist(), events.ts.tolist(), urls[events.url].tolist(),
+               urls[events.referer].tolist(), goal, impression, urls[events.source].tolist(),
+               urls[events.target].tolist())
+    return [dict(zip(EVENT_FIELDS, values)) for values in zip(*columns)]
+
+
+def sync_marker(seed: int, name: str) -> bytes:
+    """A reproducible Avro sync marker (fastavro would otherwise use random bytes)."""
+    return hashlib.sha256(f"streamgen:{seed}:{name}".encode()).digest()[:16]
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[int] = None) -> None:
+    """Write ``path`` via a hidden temporary file in the same directory, then rename it.
+
+    Readers that skip hidden files (Spark, ``attribution.io``) never see a partial file, and
+    the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
+    Spark's file source orders new files by it.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_events_file(path: Path, fmt: str, events: Optional[EventColumns], vocab: Vocabulary,
+                      seed: int, heartbeat: Optional[dict] = None,
+                      mtime_ns: Optional[int] = None) -> int:
+    """Write one event file (or, with ``heartbeat``, a heartbeat file); return its record count."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if fmt == "json":
+        if heartbeat is not None:
+            from attribution.events import ms_to_iso
+
+            text = json.dumps({**heartbeat, "ts": ms_to_iso(heartbeat["ts"])}) + "\n"
+        else:
+            text = json_lines(events, vocab)
+        atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"), mtime_ns)
+    elif fmt == "parquet":
+        if heartbeat is not None:
+            table = pa.Table.from_pylist([{**heartbeat, "ts": heartbeat["ts"] * 1000}],
+                                         schema=_ARROW_SCHEMA)
+        else:
+            table = to_arrow(events, vocab)
+        atomic_write(path, lambda p: pq.write_table(table, p, **PARQUET_OPTIONS), mtime_ns)
+    else:
+        records = [heartbeat] if heartbeat is not None else avro_records(events, vocab)
+
+        def write_avro(p: Path) -> None:
+            with open(p, "wb") as fh:
+                fastavro.writer(fh, EVENT_SCHEMA, records, sync_marker=sync_marker(seed, path.name))
+
+        atomic_write(path, write_avro, mtime_ns)
+    return 1 if heartbeat is not None else len(events)
