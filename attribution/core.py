@@ -177,6 +177,21 @@ class UserAttribution:
             self._impression_event_ids.discard(self.impressions.pop(g).event_id)
         return len(stale_visits) + len(stale_impressions)
 
+    def expires_at(self) -> Optional[int]:
+        """The smallest watermark at which ``gc`` would empty this state, or ``None`` if empty.
+
+        Backends set a timer here so an idle user's state is dropped, not kept forever.
+        """
+        ends = [v.ts + self.config.lookback_ms + 1 for v in self.visits.values()]
+        window = self.config.dedup_window_ms
+        ends.extend((g[2] + 1) * window + self.config.lookback_ms for g in self.impressions)
+        return max(ends) if ends else None
+
+    def next_wakeup(self) -> Optional[int]:
+        """When this user next needs the engine: its next goal, else the time its state expires."""
+        goal = self.next_timer()
+        return goal if goal is not None else self.expires_at()
+
     def advance(self, watermark: int) -> list[Attribution]:
         """Fire, then garbage-collect, at ``watermark``: what a timer firing does."""
         rows = self.fire(watermark)
@@ -237,19 +252,40 @@ class UserAttribution:
             raise ValueError(f"attribution state version {version} is newer than this code "
                              f"understands (max {STATE_VERSION})")
         record = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _READERS[version], None)
-        state = cls(record["user_id"], config)
-        state.watermark = record["watermark"]
-        for r in record["visits"]:
-            v = Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
+        visits = (Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
+                  for r in record["visits"])
+        impressions = (Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
+                                  r["target_url"], r["consumed"])
+                       for r in record["impressions"])
+        return cls.restore(record["user_id"], visits, impressions, record["watermark"], config)
+
+    @classmethod
+    def restore(cls, user_id: str, visits: Iterable[Visit], impressions: Iterable[Impression],
+                watermark: Optional[int] = None,
+                config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
+        """Rebuild a state from its parts, as a backend that stores them separately holds them.
+
+        Impressions may include superseded members of a logical impression; only the canonical
+        one is kept, and a consumed mark on any member stays with the logical impression.
+        """
+        state = cls(user_id, config)
+        state.watermark = watermark
+        for v in visits:
             state.visits[v.event_id] = v
             if v.pending:
                 state.pending_goals[v.event_id] = v
         window = config.dedup_window_ms
-        for r in record["impressions"]:
-            i = Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
-                           r["target_url"], r["consumed"])
-            state.impressions[(i.source_url, i.target_url, i.ts // window)] = i
-            state._impression_event_ids.add(i.event_id)
+        for i in impressions:
+            group = (i.source_url, i.target_url, i.ts // window)
+            old = state.impressions.get(group)
+            if old is None or i.rank < old.rank:
+                if old is not None:
+                    i.consumed = i.consumed or old.consumed
+                    state._impression_event_ids.discard(old.event_id)
+                state.impressions[group] = i
+                state._impression_event_ids.add(i.event_id)
+            elif i.consumed:
+                old.consumed = True
         return state
 
 

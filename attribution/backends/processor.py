@@ -1,0 +1,152 @@
+"""The ``transformWithState`` backend: a ``StatefulProcessor`` in event-time mode.
+
+State is declared, not hidden in a blob:
+
+* ``visits``: list state, one entry per stored visit (goals included);
+* ``impressions``: list state, one entry per canonical impression;
+* ``spent``: list state of event ids whose one-shot fact has happened: a goal that was attributed,
+  or an impression that was consumed;
+* ``wakeup``: value state holding the min pending goal (the min-goal timer) and the registered
+  timer, so the timer can be replaced without listing timers.
+
+Entries are immutable facts, so a micro-batch touches state with at most one ``appendList`` per
+list; only garbage collection, which removes entries, rewrites a list with one ``put``.
+Spark fires an event-time timer once the watermark is ``>=`` its expiry, so the timer is
+registered at the next wake-up itself.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from ..config import AttributionConfig
+from ..core import UserAttribution
+from ..paths import Impression, Visit
+from .frames import events_from_rows, row_to_spark
+
+VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boolean"
+IMPRESSION_STATE = ("event_id string, impression_id long, ts long, source_url string, "
+                    "target_url string")
+SPENT_STATE = "event_id string"
+WAKEUP_STATE = "min_goal long, timer long"
+
+
+class _Loaded:
+    """What was in state before this call, to write back only the difference."""
+
+    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent")
+
+    def __init__(self, visit_ids: set, impression_ids: set, impression_entries: int, spent: set):
+        self.visit_ids = visit_ids
+        self.impression_ids = impression_ids
+        self.impression_entries = impression_entries
+        self.spent = spent
+
+
+class AttributionProcessor(StatefulProcessor):
+    """Conversion attribution per ``user_id`` (Row mode, for ``transformWithState``)."""
+
+    def __init__(self, config: AttributionConfig = AttributionConfig()):
+        self.config = config
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.visits = handle.getListState("visits", VISIT_STATE)
+        self.impressions = handle.getListState("impressions", IMPRESSION_STATE)
+        self.spent = handle.getListState("spent", SPENT_STATE)
+        self.wakeup = handle.getValueState("wakeup", WAKEUP_STATE)
+
+    def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        core, loaded = self._load(key[0], watermark)
+        core.add(events_from_rows(rows), watermark)
+        return self._advance(core, loaded, watermark)
+
+    def handleExpiredTimer(self, key, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        core, loaded = self._load(key[0], watermark)
+        return self._advance(core, loaded, watermark)
+
+    def close(self) -> None:
+        pass
+
+    # -- state <-> core ---------------------------------------------------------------------------
+    def _load(self, user_id: str, watermark: int) -> tuple[UserAttribution, _Loaded]:
+        spent = {r[0] for r in self.spent.get()} if self.spent.exists() else set()
+        visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent)
+                  for r in (self.visits.get() if self.visits.exists() else ())]
+        impressions = [Impression(r[0], r[1], r[2], r[3], r[4], r[0] in spent)
+                       for r in (self.impressions.get() if self.impressions.exists() else ())]
+        loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
+                         len(impressions), spent)
+        core = UserAttribution.restore(user_id, visits, impressions, watermark, self.config)
+        return core, loaded
+
+    def _advance(self, core: UserAttribution, loaded: _Loaded, watermark: int) -> Iterator:
+        rows = core.advance(watermark)
+        if core.is_empty:
+            self._clear()
+        else:
+            self._store(core, loaded)
+            self._set_timer(core.next_timer(), core.next_wakeup())
+        return iter([row_to_spark(r) for r in rows])
+
+    def _store(self, core: UserAttribution, loaded: _Loaded) -> None:
+        spent = {g.event_id for g in core.visits.values() if g.is_goal and not g.pending}
+        spent.update(i.event_id for i in core.impressions.values() if i.consumed)
+        shrunk = (not loaded.visit_ids <= core.visits.keys()
+                  or len(core.impressions) < loaded.impression_entries
+                  or not loaded.impression_ids <= {i.event_id for i in core.impressions.values()})
+        if shrunk:  # GC dropped entries (or a superseded impression): rewrite, one put per list
+            self.visits.put([_visit_entry(v) for v in core.visits.values()])
+            self._put_or_clear(self.impressions, [_impression_entry(i)
+                                                  for i in core.impressions.values()])
+            self._put_or_clear(self.spent, [(s,) for s in spent])
+            return
+        new_visits = [_visit_entry(v) for k, v in core.visits.items() if k not in loaded.visit_ids]
+        new_impressions = [_impression_entry(i) for i in core.impressions.values()
+                           if i.event_id not in loaded.impression_ids]
+        new_spent = [(s,) for s in spent - loaded.spent]
+        for state, entries in ((self.visits, new_visits), (self.impressions, new_impressions),
+                               (self.spent, new_spent)):
+            if entries:
+                state.appendList(entries)
+
+    @staticmethod
+    def _put_or_clear(state, entries: list) -> None:
+        if entries:
+            state.put(entries)
+        else:
+            state.clear()
+
+    def _set_timer(self, min_goal: Optional[int], timer: int) -> None:
+        old = self.wakeup.get() if self.wakeup.exists() else None
+        if old is not None and old[1] == timer and old[0] == min_goal:
+            return
+        if old is not None and old[1] != timer:
+            self.handle.deleteTimer(old[1])
+        if old is None or old[1] != timer:
+            self.handle.registerTimer(timer)
+        self.wakeup.update((min_goal, timer))
+
+    def _clear(self) -> None:
+        old = self.wakeup.get() if self.wakeup.exists() else None
+        if old is not None:
+            self.handle.deleteTimer(old[1])
+        for state in (self.visits, self.impressions, self.spent, self.wakeup):
+            state.clear()
+
+
+def _visit_entry(v: Visit) -> tuple:
+    return (v.event_id, v.ts, v.url, v.referer, v.is_goal)
+
+
+def _impression_entry(i: Impression) -> tuple:
+    return (i.event_id, i.impression_id, i.ts, i.source_url, i.target_url)
