@@ -110,11 +110,14 @@ def arrange(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
     first_file = np.searchsorted(watermark, ts[late_rows], side="left")
     placeable = first_file < files
     target = np.minimum(first_file + rng.integers(0, _LATE_SPREAD_FILES, len(late_rows)), files - 1)
-    # A record no watermark can pass (its ts is too close to the end) stays an ordinary record
-    # at the end of the last file.
-    target = np.where(placeable, target, files - 1)
     size = np.diff(cut)[target]
-    slot = np.where(placeable, rng.random(len(late_rows)) * (size + 1) - 0.5, size + 0.5)
+    slot = rng.random(len(late_rows)) * (size + 1) - 0.5
+    # A record no watermark can pass (its ts is too close to the end) keeps its place in the
+    # arrival order: just before the on-time record that followed it.
+    rank = chosen - np.arange(len(chosen))
+    home = np.minimum(np.searchsorted(cut, rank, side="right") - 1, files - 1)
+    target = np.where(placeable, target, home)
+    slot = np.where(placeable, slot, rank - cut[home] - 0.5)
     file_all = np.concatenate([file_of_normal, target])
     slot_all = np.concatenate([slot_of_normal.astype(float), slot])
     all_rows = np.concatenate([normal, late_rows])

@@ -1,0 +1,200 @@
+"""The command line: ``python -m generators generate|stream ...`` (also installed as ``streamgen``).
+
+Every generator knob comes from ``GeneratorParams`` (its help text, default and validation), so
+``--help`` always shows the defaults the library uses.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from typing import Optional, Sequence
+
+from .params import GROUPS, GeneratorParams, duration_ms, param_fields
+
+# Knobs that only shape a finite dataset, or only the endless stream.
+BATCH_ONLY = {"files", "heartbeat", "span", "sessions_per_user", "session_gap", "dormant_gap_prob",
+              "lookback", "dedup_window"}
+STREAM_ONLY = {"block_span", "sessions_per_block"}
+_GROUP_TITLES = {
+    "dataset": "dataset",
+    "site": "site model (networkx page graph, Faker names)",
+    "behaviour": "behaviour model (sessions, walks, clicks)",
+    "disorder": "disorder model (arrival order, lateness, redelivery)",
+    "stream": "endless stream (blocks of event time)",
+}
+DURATION_HELP = ("Durations read like '90 seconds', '2 minutes', '1.5h', '3 days'; a bare number "
+                 "is milliseconds (for --duration and --file-interval: seconds).")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in every option's help (not for required ones), examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.required or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors as one short line plus a pointer to --help, not the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\nRun '{self.prog} --help' for every option "
+                     "and its default.\n")
+
+
+def _add_params(parser: argparse.ArgumentParser, skip: set) -> None:
+    for group in GROUPS:
+        fields = [f for f in param_fields(group) if f.name not in skip]
+        if not fields:
+            continue
+        section = parser.add_argument_group(_GROUP_TITLES[group])
+        for f in fields:
+            flag = "--" + f.name.replace("_", "-")
+            kind = type(f.default)
+            meta = f.metadata
+            if kind is bool:
+                section.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                     default=f.default, help=meta["help"])
+                continue
+            options = dict(dest=f.name, default=f.default, help=meta["help"])
+            if meta["choices"]:
+                options["choices"] = meta["choices"]
+            if kind in (int, float):
+                options["type"] = kind
+                options["metavar"] = "N" if kind is int else "X"
+            elif meta["kind"] == "duration":
+                options["metavar"] = "DURATION"
+            section.add_argument(flag, **options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m generators",
+        description="Synthetic, disordered, reproducible event streams for conversion "
+                    "attribution (events in the spec schema: visits, goals, ad impressions).",
+        formatter_class=_HelpFormatter,
+        epilog="examples:\n"
+               "  python -m generators generate --out /tmp/ds\n"
+               "  python -m generators generate --out /tmp/ds --format parquet --files 50 \\\n"
+               "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 --heartbeat\n"
+               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n\n"
+               "Run 'python -m generators generate --help' for every knob and its default.")
+    commands = parser.add_subparsers(dest="command", metavar="{generate,stream}", required=True,
+                                     parser_class=_Parser)
+
+    gen = commands.add_parser(
+        "generate", formatter_class=_HelpFormatter,
+        help="write a finite dataset: event files, truth, manifest, skew picture",
+        description="Write DIR/events/part-NNNNN.<ext> in arrival order, "
+                    "DIR/truth/attributions.parquet (the batch oracle over the written files), "
+                    "DIR/manifest.json (seed, params, counts, disorder statistics, late events) "
+                    "and DIR/skew.png (event time against arrival order).\n" + DURATION_HELP)
+    gen.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    gen.add_argument("--overwrite", action="store_true",
+                     help="replace a dataset already in DIR")
+    gen.add_argument("--truth", action=argparse.BooleanOptionalAction, default=True,
+                     help="compute DIR/truth/attributions.parquet with the batch oracle "
+                          "(the slow part on large runs)")
+    gen.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True,
+                     help="draw DIR/skew.png (needs matplotlib; skipped with a note if missing)")
+    gen.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    _add_params(gen, STREAM_ONLY)
+
+    load = commands.add_parser(
+        "stream", formatter_class=_HelpFormatter,
+        help="load mode: keep writing new event files at a target rate",
+        description="Write the next rate x file-interval events every file-interval into DIR "
+                    "(temporary name, then atomic rename) until the duration is over, then "
+                    "print the achieved rate. The content is reproducible: the same options "
+                    "give the same records; only the timing follows the clock.\n" + DURATION_HELP)
+    load.add_argument("--out", required=True, metavar="DIR",
+                      help="directory a streaming job reads")
+    load.add_argument("--rate", type=float, default=1000.0, metavar="EVENTS_PER_S",
+                      help="target events per second")
+    load.add_argument("--duration", default="60 seconds", metavar="DURATION",
+                      help="how long to keep writing")
+    load.add_argument("--file-interval", default="1 second", metavar="DURATION",
+                      help="one new file per interval")
+    load.add_argument("--resume", action="store_true",
+                      help="continue the stream already in DIR where it stopped")
+    load.add_argument("--quiet", action="store_true", help="print only the final rate")
+    _add_params(load, BATCH_ONLY)
+    return parser
+
+
+def _seconds(text: str, option: str) -> float:
+    """A duration in seconds; a bare number is seconds here."""
+    try:
+        return float(text)
+    except ValueError:
+        return duration_ms(text, option) / 1000.0
+
+
+def _params(args: argparse.Namespace) -> GeneratorParams:
+    names = {f.name for f in dataclasses.fields(GeneratorParams)}
+    return GeneratorParams(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .dataset import OutputExists, generate
+
+    try:
+        params = _params(args)
+    except ValueError as err:
+        parser.error(str(err))
+    started = time.perf_counter()
+    try:
+        result = generate(params, args.out, truth=args.truth, plot=args.plot,
+                          overwrite=args.overwrite, progress=not args.quiet)
+    except OutputExists as err:
+        parser.error(str(err))
+    if not args.quiet:
+        seconds = time.perf_counter() - started
+        m = result.manifest
+        d = m["disorder"]
+        late = "no late events" if d["no_late_events"] else f"{d['late_count']:,} late records"
+        print(f"{result.records:,} records ({m['counts']['events']:,} events, "
+              f"{m['counts']['redelivered_records']:,} redelivered) in {len(result.event_files)} "
+              f"{params.format} files under {result.events_dir}")
+        print(f"disorder {params.disorder}: max arrival delay {d['max_arrival_delay_ms']:,} ms, "
+              f"p99 {d['p99_arrival_delay_ms']:,} ms; {late} for a {params.watermark_delay} "
+              "watermark delay")
+        if m["truth"]:
+            print(f"truth: {m['truth']['rows']:,} goals ({m['truth']['attributed']:,} attributed, "
+                  f"{m['truth']['organic']:,} organic) in {result.truth_path}")
+        if args.plot and result.skew_png is None:
+            print("skew.png skipped: matplotlib is not installed (pip install '.[plot]')")
+        print(f"manifest: {result.out / 'manifest.json'}  ({seconds:.1f} s)")
+    return 0
+
+
+def _stream(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .load import StreamDirError, print_progress, run_load
+
+    try:
+        params = _params(args)
+        duration = _seconds(args.duration, "--duration")
+        interval = _seconds(args.file_interval, "--file-interval")
+        report = run_load(params, args.out, args.rate, duration, interval, resume=args.resume,
+                          log=None if args.quiet else print_progress)
+    except (ValueError, StreamDirError) as err:
+        parser.error(str(err))
+    print(report.summary())
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m generators`` and the ``streamgen`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    subparser = parser._subparsers._group_actions[0].choices[args.command]
+    if args.command == "generate":
+        return _generate(args, subparser)
+    return _stream(args, subparser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
