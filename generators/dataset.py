@@ -30,11 +30,12 @@ from attribution.oracle import attribute_batch
 
 from . import manifest as manifest_mod
 from .behaviour import EventColumns, Sessions, batch_sessions, sessions_to_events
-from .disorder import Arrival, arrange, arrival_lag, file_watermarks, late_mask
+from .disorder import (SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, file_watermarks,
+                       late_mask)
 from .params import GeneratorParams
 from .site import SiteArrays, build_site, to_arrays, user_ids
 from .skew import plot_skew
-from .writers import Vocabulary, heartbeat_record, part_name, write_events_file
+from .writers import Vocabulary, heartbeat_record, id_array, part_name, write_events_file
 
 EVENTS_DIR = "events"
 TRUTH_FILE = Path("truth") / "attributions.parquet"
@@ -75,14 +76,12 @@ class Dataset:
         ts = self.arrival_ts()
         return [ts[s] for s in self.arrival.file_slices()]
 
-    def late_masks(self) -> list[np.ndarray]:
-        """Per file, the records late for ``params.watermark_delay`` (Spark's file-stream rule)."""
-        return late_mask(self.file_ts(), self.params.watermark_delay_ms)
+    def late_masks(self, lag_batches: int = SPARK_WATERMARK_LAG) -> list[np.ndarray]:
+        """Per file, the records late for ``params.watermark_delay`` (``disorder.late_mask``)."""
+        return late_mask(self.file_ts(), self.params.watermark_delay_ms, lag_batches)
 
-    def late_event_ids(self) -> list[str]:
-        from .writers import id_array
-
-        late = np.concatenate(self.late_masks()) if self.params.files else np.empty(0, bool)
+    def late_event_ids(self, lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
+        late = np.concatenate(self.late_masks(lag_batches))
         return id_array(self.events.seq[self.arrival.rows[late]]).to_pylist()
 
     @property
@@ -184,9 +183,9 @@ def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = T
         write_events_file(path, params.format, None, dataset.vocab, params.seed, heartbeat=record,
                           mtime_ns=first_mtime + len(slices) * 1_000_000_000)
         heartbeat = {"file": path.name, "event_id": record["event_id"], "ts_ms": record["ts"]}
-        files.append(_file_entry(path, np.array([record["ts"]]),
-                                 file_watermarks(dataset.file_ts() + [np.array([record["ts"]])],
-                                                 params.watermark_delay_ms)[-1], 0))
+        all_ts = dataset.file_ts() + [np.array([record["ts"]])]
+        files.append(_file_entry(path, all_ts[-1],
+                                 file_watermarks(all_ts, params.watermark_delay_ms)[-1], 0))
         paths.append(path)
     seconds["write"] = time.perf_counter() - started
 
@@ -205,7 +204,9 @@ def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = T
         seconds["truth"] = time.perf_counter() - started
 
     late_ids = dataset.late_event_ids()
-    manifest = manifest_mod.build_manifest(dataset, files, late_ids, truth_summary, heartbeat)
+    strict_late = int(sum(m.sum() for m in dataset.late_masks(lag_batches=0)))
+    manifest = manifest_mod.build_manifest(dataset, files, late_ids, strict_late, truth_summary,
+                                           heartbeat)
     manifest_mod.write_manifest(manifest, out, late_ids)
 
     png = None
@@ -222,11 +223,10 @@ def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = T
 
 
 def _file_entry(path: Path, ts: np.ndarray, watermark: int, late: int) -> dict:
-    none = watermark == np.iinfo(np.int64).min
     return {"name": path.name, "records": int(len(ts)),
             "min_ts_ms": int(ts.min()) if len(ts) else None,
             "max_ts_ms": int(ts.max()) if len(ts) else None,
-            "watermark_ms": None if none else int(watermark), "late_records": late,
+            "late_watermark_ms": int(watermark), "late_records": late,
             "sha256": manifest_mod.sha256_of(path)}
 
 

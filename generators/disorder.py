@@ -14,10 +14,18 @@ On top of that, ``redelivery_rate`` delivers some events twice (same ``event_id`
 with its own delay), and ``late_fraction`` makes records late *on purpose* for a watermark
 delay ``D``: each is moved into a file whose watermark has already passed its event time.
 
-Lateness follows Spark's rule for a file stream read one file per micro-batch
-(``late_mask``): the watermark while reading file ``k`` is ``max(ts in files < k) - D`` (none
-before the first file), and a record is late iff ``ts <= watermark``. The whole file is judged
-against the files before it, so file boundaries matter.
+Lateness follows what Spark 4.x does with a file stream read one file per micro-batch
+(``late_mask``). Batch ``j``'s watermark is ``W_j = max(0, max(ts in files < j) - D)``
+(``W_0 = 0``). A stateful operator drops an input row as late iff ``ts <= watermark``, but the
+watermark it uses for late rows is the *previous* batch's (``PropagateWatermarkSimulator.
+getInputWatermarkForLateEvents(batchId - 1)``, the default since multiple stateful operators
+are allowed), so the rows of file ``k`` are judged against ``W_{k-1}``. ``lag_batches=0`` gives
+the stricter reading that judges file ``k`` against ``W_k``; its late set contains Spark's.
+Whole files are judged at once, so file boundaries matter.
+
+Records made late on purpose are placed so that they are late under both readings, and bounded
+disorder with ``B < D`` has no late record under either: every record then arrives less than
+``D`` behind every event time seen before it.
 """
 from __future__ import annotations
 
@@ -33,6 +41,8 @@ from .params import GeneratorParams
 
 # Late records land between the first file whose watermark passed them and this many after.
 _LATE_SPREAD_FILES = 3
+# Spark judges a micro-batch's late rows by the watermark of the batch before it.
+SPARK_WATERMARK_LAG = 1
 
 
 @dataclass
@@ -90,8 +100,13 @@ def arrange(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
         return Arrival(rows, edges, np.zeros(len(rows), dtype=bool), 0)
     redelivered = np.zeros(len(ts), dtype=bool)
     redelivered[rows[is_copy]] = True
-    # Only events delivered once are made late, so "late" means the event itself is late.
-    eligible = np.nonzero(~redelivered[rows])[0]
+    # Only events delivered once are made late, so "late" means the event itself is late; and
+    # only those some file's watermark will have passed (judged on a first, approximate cut).
+    approximate = np.linspace(0, len(rows), files + 1).round().astype(np.int64)
+    last_watermark = file_watermarks([ts[rows[a:b]] for a, b in zip(approximate[:-1],
+                                                                     approximate[1:])],
+                                     params.watermark_delay_ms, SPARK_WATERMARK_LAG)[-1]
+    eligible = np.nonzero(~redelivered[rows] & (ts[rows] <= last_watermark))[0]
     wanted = min(requested, len(eligible))
     chosen = np.sort(rng.choice(eligible, size=wanted, replace=False)) if wanted else \
         np.empty(0, np.int64)
@@ -100,13 +115,15 @@ def arrange(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
     normal = rows[on_time]
 
     # Files cut the on-time records evenly; late records then join files whose watermark has
-    # passed them. Adding them never raises a file's watermark: their ts is below it already.
+    # passed them. Adding them never raises a watermark: their ts is below one already.
     cut = np.linspace(0, len(normal), files + 1).round().astype(np.int64)
     file_of_normal = np.repeat(np.arange(files), np.diff(cut))
     slot_of_normal = np.arange(len(normal)) - np.repeat(cut[:-1], np.diff(cut))
+    # Spark's (lagged) watermark is at most the strict one, so late by it means late by both.
     watermark = file_watermarks([ts[normal[a:b]] for a, b in zip(cut[:-1], cut[1:])],
-                                params.watermark_delay_ms)
+                                params.watermark_delay_ms, SPARK_WATERMARK_LAG)
     late_rows = rows[chosen]
+    # The first file whose watermark has passed the record (watermarks never decrease).
     first_file = np.searchsorted(watermark, ts[late_rows], side="left")
     placeable = first_file < files
     target = np.minimum(first_file + rng.integers(0, _LATE_SPREAD_FILES, len(late_rows)), files - 1)
@@ -127,23 +144,30 @@ def arrange(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
     return Arrival(all_rows[order], edges.astype(np.int64), forced[order], requested)
 
 
-def file_watermarks(file_ts: Sequence[np.ndarray], delay_ms: int) -> np.ndarray:
-    """The watermark in effect while each file is read, one file per micro-batch: the maximum
-    event time of the earlier files minus ``delay_ms``; ``int64 min`` for the first file."""
-    out = np.empty(len(file_ts), dtype=np.int64)
-    low = np.iinfo(np.int64).min
+def file_watermarks(file_ts: Sequence[np.ndarray], delay_ms: int,
+                    lag_batches: int = SPARK_WATERMARK_LAG) -> np.ndarray:
+    """The watermark each file's rows are judged against when files are read one per batch.
+
+    Batch ``j``'s watermark is the maximum event time of the files before it minus ``delay_ms``,
+    never below 0 (Spark's initial watermark); file ``k`` is judged by batch ``k - lag_batches``.
+    """
+    batch = np.zeros(len(file_ts), dtype=np.int64)
     seen = None
     for k, ts in enumerate(file_ts):
-        out[k] = low if seen is None else seen - delay_ms
+        batch[k] = 0 if seen is None else max(0, seen - delay_ms)
         if len(ts):
             top = int(np.max(ts))
             seen = top if seen is None else max(seen, top)
-    return out
+    judged = np.zeros(len(file_ts), dtype=np.int64)
+    if lag_batches < len(file_ts):
+        judged[lag_batches:] = batch[: len(file_ts) - lag_batches]
+    return judged
 
 
-def late_mask(file_ts: Sequence[np.ndarray], delay_ms: int) -> list[np.ndarray]:
-    """Per file, which records are late for a watermark delay (see the module docstring)."""
-    watermark = file_watermarks(file_ts, delay_ms)
+def late_mask(file_ts: Sequence[np.ndarray], delay_ms: int,
+              lag_batches: int = SPARK_WATERMARK_LAG) -> list[np.ndarray]:
+    """Per file, which records a one-file-per-batch Spark stream drops as late (module docstring)."""
+    watermark = file_watermarks(file_ts, delay_ms, lag_batches)
     return [np.asarray(ts, dtype=np.int64) <= w for ts, w in zip(file_ts, watermark)]
 
 
@@ -153,10 +177,10 @@ def _ts_and_id(record: Union[Event, Mapping]) -> tuple[int, str]:
     return ts_to_ms(record["ts"]), record["event_id"]
 
 
-def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]],
-                   delay_ms: int) -> list[str]:
+def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]], delay_ms: int,
+                   lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
     """The ``event_id`` of every late record, in arrival order, for files read one per
-    micro-batch with watermark delay ``delay_ms``.
+    micro-batch with watermark delay ``delay_ms`` (Spark's rule; see ``late_mask``).
 
     ``files_events`` lists each file's records (``Event``s or raw records with ``ts`` and
     ``event_id``), files in reading order. A redelivered event may be listed once per late copy.
@@ -168,16 +192,18 @@ def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]],
         stamps.append(np.array([p[0] for p in pairs], dtype=np.int64))
         ids.append([p[1] for p in pairs])
     out = []
-    for file_ids, mask in zip(ids, late_mask(stamps, delay_ms)):
+    for file_ids, mask in zip(ids, late_mask(stamps, delay_ms, lag_batches)):
         out.extend(i for i, late in zip(file_ids, mask) if late)
     return out
 
 
-def late_event_ids_in_dir(events_dir, delay_ms: int) -> list[str]:
+def late_event_ids_in_dir(events_dir, delay_ms: int,
+                          lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
     """``late_event_ids`` for an event directory as written (files in name order)."""
     from attribution.io import data_files, read_event_records
 
-    return late_event_ids((read_event_records(f) for f in data_files(events_dir)), delay_ms)
+    return late_event_ids((read_event_records(f) for f in data_files(events_dir)), delay_ms,
+                          lag_batches)
 
 
 def arrival_lag(arrival_ts: np.ndarray) -> np.ndarray:

@@ -108,9 +108,7 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
         atomic_write(out / STATE_FILE,
                      lambda p: p.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8"))
         if log:
-            elapsed = time.monotonic() - started
-            log(f"{path.name}: {len(events):,} events, {written_records / max(elapsed, 1e-9):,.0f} "
-                "events/s so far")
+            log(f"{path.name}: {len(events):,} events ({written_records:,} in total)")
     # Stay until the end of the last interval, so the rate reflects the whole duration.
     remaining = started + duration_s - time.monotonic()
     if remaining > 0:

@@ -23,6 +23,10 @@ LATE_IDS_FILE = "late_event_ids.txt"
 INLINE_LATE_IDS = 1_000
 ARRIVAL_DELAY_MEANING = ("how far behind the maximum event time seen so far (the record "
                          "included) a record arrives, in arrival order across all files")
+LATE_RULE = ("files are read one per micro-batch in name order; batch j's watermark W_j is "
+             "max(0, max ts of files before j - watermark_delay), W_0 = 0; like Spark 4.x, a "
+             "record of file k is late iff ts <= W_(k-1), the previous batch's watermark; "
+             "late_count_by_current_watermark counts ts <= W_k instead (a superset)")
 _LIBRARIES = ("numpy", "faker", "pyarrow", "fastavro", "networkx")
 
 
@@ -100,10 +104,11 @@ def site_summary(dataset) -> dict:
     }
 
 
-def build_manifest(dataset, files: list[dict], late_ids: list[str], truth: Optional[dict],
-                   heartbeat: Optional[dict]) -> dict:
+def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late: int,
+                   truth: Optional[dict], heartbeat: Optional[dict]) -> dict:
     """The manifest as a dict; ``files`` are per-file entries, ``late_ids`` the late records'
-    event ids in arrival order (see ``disorder.late_mask``)."""
+    event ids in arrival order by Spark's rule, ``strict_late`` how many records the stricter
+    current-watermark reading counts (see ``disorder.late_mask``)."""
     params = dataset.params
     lag = dataset.arrival_lag()
     disorder = {
@@ -112,13 +117,12 @@ def build_manifest(dataset, files: list[dict], late_ids: list[str], truth: Optio
         "max_arrival_delay_ms": int(lag.max()) if len(lag) else 0,
         "p99_arrival_delay_ms": int(np.percentile(lag, 99, method="higher")) if len(lag) else 0,
         "watermark_delay_ms": params.watermark_delay_ms,
-        "late_rule": ("files are read one per micro-batch in name order; the watermark for file "
-                      "k is max(ts of files before k) - watermark_delay; a record is late iff "
-                      "ts <= that watermark"),
+        "late_rule": LATE_RULE,
         "late_requested": int(dataset.arrival.requested_late),
         "late_made_on_purpose": int(dataset.arrival.forced_late.sum()),
         "late_count": len(late_ids),
         "no_late_events": not late_ids,
+        "late_count_by_current_watermark": int(strict_late),
     }
     if len(late_ids) <= INLINE_LATE_IDS:
         disorder["late_event_ids"] = late_ids

@@ -1,8 +1,8 @@
 """The skew picture: event time against arrival order, as in the Dataflow paper's figures.
 
 Each record is a dot at (arrival position, event time); an ordered stream would be a rising
-line, disorder shows as dots below the running maximum. The staircase is the watermark in force
-for each file, and late records are red. matplotlib is an optional extra: ``plot_skew`` returns
+line, disorder shows as dots below the running maximum. The staircase is the watermark each
+file's rows are judged against, and late records are red. matplotlib is an optional extra: ``plot_skew`` returns
 False when it is missing. The object-oriented API is used (no pyplot), so no global state is
 touched, and the PNG carries no software-version metadata.
 """
@@ -41,7 +41,7 @@ def plot_skew(arrival_ts: np.ndarray, late: np.ndarray, file_edges: np.ndarray,
     if n:
         ax.plot(position, np.maximum.accumulate(arrival_ts).astype("datetime64[ms]"),
                 color="black", linewidth=0.8, label="max event time seen")
-    has_mark = watermarks > np.iinfo(np.int64).min
+    has_mark = watermarks > 0  # 0 is Spark's initial watermark: nothing is late yet
     for k in np.nonzero(has_mark)[0]:
         lo, hi = int(file_edges[k]), int(file_edges[k + 1])
         mark = np.datetime64(int(watermarks[k]), "ms")

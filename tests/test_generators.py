@@ -46,13 +46,14 @@ def _lags(events_dir: Path) -> np.ndarray:
 
 
 def _late_reference(files: list[list[dict]], delay_ms: int) -> list[str]:
-    """Spark's rule for one-file-per-batch streams, written out plainly as an independent check."""
-    late, seen = [], None
+    """Spark 4.x's rule written out plainly: batch j's watermark is the largest event time of
+    the files before it minus the delay (0 at first), and file k's rows are late when at or
+    below batch k-1's watermark."""
+    late, seen, watermarks = [], None, []
     for records in files:
-        watermark = None if seen is None else seen - delay_ms
-        for r in records:
-            if watermark is not None and ts_to_ms(r["ts"]) <= watermark:
-                late.append(r["event_id"])
+        watermarks.append(0 if seen is None else max(0, seen - delay_ms))
+        judged_by = watermarks[-2] if len(watermarks) > 1 else 0
+        late += [r["event_id"] for r in records if ts_to_ms(r["ts"]) <= judged_by]
         for r in records:
             seen = ts_to_ms(r["ts"]) if seen is None else max(seen, ts_to_ms(r["ts"]))
     return late
@@ -278,10 +279,10 @@ def test_bounded_disorder_holds(tmp_path, seed, max_delay, fmt):
     else:
         assert lags.max() == 0
     late = late_event_ids_in_dir(run.events_dir, params.watermark_delay_ms)
-    assert run.manifest["disorder"]["no_late_events"] is (bound < params.watermark_delay_ms)
-    if bound < params.watermark_delay_ms:
-        assert late == []
     assert late == _late_reference(_records_by_file(run.events_dir), params.watermark_delay_ms)
+    assert run.manifest["disorder"]["no_late_events"] is (late == [])
+    if bound < params.watermark_delay_ms:  # B < D: nothing can be late
+        assert late == [] and run.manifest["disorder"]["late_count_by_current_watermark"] == 0
 
 
 def test_late_fraction_makes_exactly_the_reported_records_late(tmp_path):
@@ -292,13 +293,15 @@ def test_late_fraction_makes_exactly_the_reported_records_late(tmp_path):
     reference = _late_reference(files, params.watermark_delay_ms)
     assert d["late_event_ids"] == reference == late_event_ids(files, params.watermark_delay_ms)
     assert d["no_late_events"] is False
-    # Bounded delays below the watermark delay: only the records made late on purpose are late.
+    # Bounded delays below the watermark delay: only the records made late on purpose are late,
+    # and they are late whether a file is judged by the previous or the current watermark.
     assert d["late_count"] == d["late_made_on_purpose"] >= 0.9 * d["late_requested"]
+    assert d["late_count_by_current_watermark"] == d["late_count"]
     assert d["late_requested"] == round(0.02 * run.manifest["counts"]["events"])
     copies = Counter(r["event_id"] for f in files for r in f)
     assert all(copies[i] == 1 for i in reference)  # late events are not also redelivered
     per_file = [f["late_records"] for f in run.manifest["files"]]
-    assert per_file[0] == 0 and sum(per_file) == d["late_count"]
+    assert per_file[:2] == [0, 0] and sum(per_file) == d["late_count"]
 
 
 def test_per_source_lags_impressions_behind_visits(tmp_path):
@@ -327,21 +330,29 @@ def test_per_source_lags_impressions_behind_visits(tmp_path):
 
 
 def test_heavy_tail_late_events_match_the_rule(tmp_path):
-    params = GeneratorParams(disorder="heavy-tail", tail_scale="30 seconds", tail_alpha=1.0,
+    params = GeneratorParams(disorder="heavy-tail", tail_scale="6 hours", tail_alpha=1.0,
                              **SMALL)
     run = generate(params, tmp_path, truth=False, plot=False)
     d = run.manifest["disorder"]
     reference = _late_reference(_records_by_file(run.events_dir), params.watermark_delay_ms)
     assert d["late_made_on_purpose"] == 0
     assert d["late_count"] == len(reference) > 0 and d["late_event_ids"] == reference
+    assert d["late_count_by_current_watermark"] > d["late_count"]  # the stricter reading
     assert d["max_arrival_delay_ms"] > params.watermark_delay_ms
 
 
 def test_late_rule_on_the_chapter_7_files(ch7_dir):
-    # Impression 123 (12:01:00) arrives after 12:03:45 was seen: late for a delay of 2m45s
-    # exactly (ts <= watermark), on time one second later.
-    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("165 seconds")) == ["i-123"]
-    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("166 seconds")) == []
+    # Spark judges file k by batch k-1's watermark. Batch 1's is 12:03:45 - D, and file 2 holds
+    # the visit v-signup at 12:01:10: late for D = 2m35s exactly (ts <= watermark), not 2m36s.
+    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("155 seconds")) == ["v-signup"]
+    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("156 seconds")) == []
+    # Impression 123 (12:01:00, file 1) is judged by batch 0's watermark, 0: never late there.
+    # The stricter current-watermark reading (file k by batch k's) makes it late up to 2m45s.
+    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("1 second")) == [
+        "i-456", "v-signup", "i-789", "v-thing"]
+    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("165 seconds"), lag_batches=0) == \
+        ["i-123"]
+    assert late_event_ids_in_dir(ch7_dir, parse_duration_ms("166 seconds"), lag_batches=0) == []
 
 
 # -- file formats ---------------------------------------------------------------------------------
