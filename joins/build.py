@@ -1,0 +1,189 @@
+"""``stream_join``: build a stream-to-stream join from its declaration, with guaranteed cleanup.
+
+Steps, in order: validate the declaration, predict Spark's cleanup (``joins.cleanup``), refuse
+joins that could never be cleaned (``joins.guardrails``), then prepare each side (apply the
+declared watermark, prefix every column, add the tumbling window when one is compared), build the
+join condition and join. The result carries the joined DataFrame and the prediction, which
+``joins.inspect.check_cleanup`` can later compare with what the running query really does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from attribution.config import spark_interval
+
+from .cleanup import ExpectedCleanup, SideFacts, expected_cleanup
+from .guardrails import check_join
+from .spec import (JoinSide, JoinSpecError, KeySpec, StateKeyCondition, StateValueCondition,
+                   normalize_join_type, normalize_keys, validate_conditions)
+
+# The column metadata key under which Spark marks a column as watermarked (EventTimeWatermark).
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
+# Metadata left on a time column whose watermark role moved to its window column.
+MOVED_WATERMARK_KEY = "streamjoin.watermarkMovedTo"
+WINDOW_SUFFIX = "join_window"
+WATERMARK_POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """The joined streaming DataFrame and the cleanup the operator promises for it."""
+
+    df: object
+    expected: ExpectedCleanup
+
+    def describe(self) -> str:
+        return self.expected.describe()
+
+
+def _col(name: str):
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _interval(ms: int):
+    from pyspark.sql import functions as F
+
+    return F.expr(f"INTERVAL {int(ms)} MILLISECONDS")
+
+
+def _existing_watermarks(df) -> dict[str, int]:
+    return {f.name: int(f.metadata[WATERMARK_DELAY_KEY]) for f in df.schema.fields
+            if WATERMARK_DELAY_KEY in (f.metadata or {})}
+
+
+def _check_columns(side: JoinSide, needed: Sequence[str]) -> None:
+    columns = list(side.df.columns)
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise JoinSpecError(f"{side.name} side has no column(s) {', '.join(map(repr, missing))}; "
+                            f"its columns are {', '.join(columns)}")
+
+
+def _watermark_delay(side: JoinSide) -> tuple[Optional[int], bool]:
+    """The side's watermark delay in ms, and whether ``withWatermark`` still has to be applied."""
+    from pyspark.sql.types import TimestampType
+
+    declared = side.delay_ms()
+    existing = _existing_watermarks(side.df)
+    others = sorted(set(existing) - {side.time_col})
+    if others:
+        raise JoinSpecError(
+            f"{side.name} side already has a watermark on column {others[0]!r}, not on its time "
+            f"column {side.time_col!r}; declare time_col={others[0]!r} or drop that watermark")
+    if side.time_col in existing:
+        if declared is not None and declared != existing[side.time_col]:
+            raise JoinSpecError(
+                f"{side.name} side: {side.time_col!r} already has a watermark delay of "
+                f"{existing[side.time_col]} ms, but watermark_delay={side.watermark_delay!r} was declared")
+        return existing[side.time_col], False
+    if declared is not None and not isinstance(side.df.schema[side.time_col].dataType, TimestampType):
+        raise JoinSpecError(f"{side.name} side: time column {side.time_col!r} must be a timestamp, "
+                            f"got {side.df.schema[side.time_col].dataType.simpleString()}")
+    return declared, declared is not None
+
+
+def _prepare(side: JoinSide, delay_ms: Optional[int], apply_watermark: bool,
+             window_ms: Optional[int], window_column: Optional[str]):
+    """Watermark, prefix and (optionally) window one side."""
+    from pyspark.sql import functions as F
+
+    df = side.df
+    if apply_watermark:
+        df = df.withWatermark(side.time_col, spark_interval(delay_ms))
+    df = df.select([_col(c).alias(side.prefix + c) for c in df.columns])
+    if window_ms is None:
+        return df
+    time_column = side.prefix + side.time_col
+    df = df.withColumn(window_column, F.window(_col(time_column), spark_interval(window_ms)))
+    if delay_ms is None:
+        return df
+    # Spark allows one event-time column per side: the window inherited the watermark, so the
+    # timestamp keeps its values but loses the marker (an explicit metadata replaces Spark's).
+    return df.select([_col(c).alias(c, metadata={MOVED_WATERMARK_KEY: window_column})
+                      if c == time_column else _col(c) for c in df.columns])
+
+
+def _time_condition(left_term, right_term, state_value: StateValueCondition):
+    conditions = []
+    lower, upper = state_value.lower_ms(), state_value.upper_ms()
+    if lower is not None:
+        bound = left_term if lower == 0 else left_term + _interval(lower)
+        conditions.append(right_term >= bound if state_value.lower_inclusive else right_term > bound)
+    if upper is not None:
+        bound = left_term if upper == 0 else left_term + _interval(upper)
+        conditions.append(right_term <= bound if state_value.upper_inclusive else right_term < bound)
+    return conditions
+
+
+def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *,
+                state_key: Optional[StateKeyCondition] = None,
+                state_value: Optional[StateValueCondition] = None,
+                how: str = "inner", allow_unbounded_state: bool = False) -> JoinResult:
+    """Join two streaming DataFrames with a declared cleanup strategy.
+
+    ``keys`` are equality keys (a name for both sides or ``(left, right)`` pairs).
+    ``state_key`` and/or ``state_value`` choose the strategy: state-key, state-value, or both
+    (mixed). ``how`` is inner, left_outer, right_outer, full_outer or left_semi. Raises
+    ``JoinSpecError`` (or its subclasses ``UnboundedStateError`` / ``UnsupportedOuterJoinError``)
+    when the declaration is wrong or its state could never be cleaned.
+    """
+    how = normalize_join_type(how)
+    pairs = normalize_keys(keys)
+    window_ms = validate_conditions(state_key, state_value)
+    left = replace(left, name=left.name or "left")
+    right = replace(right, name=right.name or "right")
+    left = replace(left, prefix=left.name + "_" if left.prefix is None else left.prefix)
+    right = replace(right, prefix=right.name + "_" if right.prefix is None else right.prefix)
+    _check_columns(left, [left.time_col] + [lk for lk, _ in pairs])
+    _check_columns(right, [right.time_col] + [rk for _, rk in pairs])
+
+    left_names = {left.prefix + c for c in left.df.columns}
+    right_names = {right.prefix + c for c in right.df.columns}
+    clashes = sorted(left_names & right_names)
+    if clashes:
+        raise JoinSpecError(f"output columns clash after prefixing ({', '.join(clashes[:5])}); "
+                            f"give the sides different prefixes (now {left.prefix!r} and {right.prefix!r})")
+    window_columns = (None, None)
+    if window_ms is not None:
+        window_columns = (left.prefix + WINDOW_SUFFIX, right.prefix + WINDOW_SUFFIX)
+        taken = [w for w in window_columns if w in left_names | right_names]
+        if taken:
+            raise JoinSpecError(f"column {taken[0]!r} is reserved for the join window; rename it")
+
+    (left_delay, left_apply), (right_delay, right_apply) = _watermark_delay(left), _watermark_delay(right)
+    session = left.df.sparkSession
+    policy = (session.conf.get(WATERMARK_POLICY_CONF, "min") or "min").lower()
+    expected = expected_cleanup(
+        SideFacts("left", left.name, left.prefix + left.time_col, window_columns[0], left_delay),
+        SideFacts("right", right.name, right.prefix + right.time_col, window_columns[1], right_delay),
+        how, state_key, state_value, watermark_policy=policy)
+    check_join(expected, has_equality=bool(pairs) or state_key is not None,
+               allow_unbounded_state=allow_unbounded_state)
+
+    left_df = _prepare(left, left_delay, left_apply, window_ms, window_columns[0])
+    right_df = _prepare(right, right_delay, right_apply, window_ms, window_columns[1])
+    windowed = window_ms is not None
+
+    def term(side: JoinSide, window_column: Optional[str]):
+        return _col(window_column) if windowed else _col(side.prefix + side.time_col)
+
+    conditions = [_col(left.prefix + lk) == _col(right.prefix + rk) for lk, rk in pairs]
+    if state_key is not None:
+        conditions.append(term(left, window_columns[0]) == term(right, window_columns[1]))
+    if state_value is not None:
+        # A timestamp range next to a window key compares timestamps, not windows.
+        value_windowed = state_value.window is not None
+        left_term = _col(window_columns[0]) if value_windowed else _col(left.prefix + left.time_col)
+        right_term = _col(window_columns[1]) if value_windowed else _col(right.prefix + right.time_col)
+        conditions += _time_condition(left_term, right_term, state_value)
+    condition = conditions[0]
+    for extra in conditions[1:]:
+        condition = condition & extra
+
+    joined = left_df.join(right_df, condition, how)
+    if windowed:
+        joined = joined.drop(*[c for c in window_columns if c in joined.columns])
+    return JoinResult(joined, expected)
