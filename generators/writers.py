@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from attribution.io import FORMATS
 from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES, arrow_schema
 
-from .behaviour import NULL, VISIT, EventColumns
+from .behaviour import VISIT, EventColumns
 
 EXTENSIONS = {"json": ".json", "parquet": ".parquet", "avro": ".avro"}
 EVENT_ID_PREFIX = "ev-"

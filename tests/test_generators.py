@@ -24,10 +24,12 @@ from attribution.events import parse_event, ts_to_ms
 from attribution.io import data_files, read_attributions, read_event_records, read_events
 from attribution.oracle import attribute_batch
 from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, arrow_schema
+from generators.behaviour import EventColumns
 from generators.dataset import OutputExists, build, generate
 from generators.disorder import late_event_ids, late_event_ids_in_dir
 from generators.params import GeneratorParams, duration_ms
 from generators.site import LINK, SEARCH, build_site, forward_links, link_graph
+from generators.stream import EventStream, Position
 from generators.writers import atomic_write, part_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -442,3 +444,46 @@ def test_without_redelivery_every_event_arrives_exactly_once():
     dataset = build(GeneratorParams(users=500))
     assert len(dataset.arrival.rows) == len(dataset.events) > 5_000
     assert sorted(dataset.arrival.rows.tolist()) == list(range(len(dataset.events)))
+
+
+# -- the endless stream (load mode and the Spark source) ----------------------------------------
+
+def test_stream_is_deterministic_per_offset_range_and_bounded():
+    params = GeneratorParams(users=200, sessions_per_block=50, max_delay="90 seconds",
+                             redelivery_rate=0.02)
+    whole, end = EventStream(params).read(Position(), 3_000)
+    # A fresh stream (another process, a restarted query) reading in uneven pieces agrees.
+    other, pieces, position = EventStream(params), [], Position()
+    for size in (1, 499, 700, 1_000, 800):
+        chunk, position = other.read(position, size)
+        pieces.append(chunk)
+    assert position == end and end.events == 3_000 and end.segment > 3
+    glued = EventColumns.concat(pieces)
+    assert (glued.seq == whole.seq).all() and (glued.ts == whole.ts).all()
+    lags = np.maximum.accumulate(whole.ts) - whole.ts
+    assert 0 < lags.max() <= duration_ms("90 seconds")
+    assert len(np.unique(whole.seq)) < 3_000  # redelivered copies
+    assert not (EventStream(params.replace(seed=2)).read(Position(), 100)[0].seq == whole.seq[:100]).all()
+
+
+def test_stream_reader_offsets_follow_the_read_limits():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from generators.spark_source import SyntheticEventStreamReader
+
+    reader = SyntheticEventStreamReader({"totalRows": "2500", "sessionsPerBlock": "40",
+                                         "rowsPerSecond": "0", "maxRowsPerBatch": "1000"})
+    assert reader.getDefaultReadLimit() == ReadMaxRows(1000)
+    offset, sizes = reader.initialOffset(), []
+    while True:
+        nxt = reader.latestOffset(offset, reader.getDefaultReadLimit())
+        if nxt == offset:
+            break
+        sizes.append(sum(hi - lo for p in reader.partitions(offset, nxt) for _, lo, hi in p.pieces))
+        offset = nxt
+    assert sizes == [1000, 1000, 500] and offset["events"] == 2500
+    assert reader.latestOffset(reader.initialOffset(), ReadAllAvailable())["events"] == 2500
+    with pytest.raises(ValueError, match="rowsPerSecond > 0 or totalRows > 0"):
+        SyntheticEventStreamReader({"rowsPerSecond": "0"})
+    with pytest.raises(ValueError, match="unknown streamgen option"):
+        SyntheticEventStreamReader({"totalRows": "5", "colour": "red"})

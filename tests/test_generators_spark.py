@@ -42,6 +42,7 @@ def _rows(spark, out: Path) -> list[tuple]:
     return sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
 
 
+@pytest.mark.slow
 def test_source_restarted_from_its_checkpoint_replays_the_same_events(spark, tmp_path):
     first = _run_source(spark, 1_200, tmp_path / "out", tmp_path / "cp")
     assert [p["numInputRows"] for p in first] == [600, 600]
