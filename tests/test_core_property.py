@@ -14,10 +14,12 @@ Hypothesis runs derandomized, so every run checks the same examples.
 """
 from __future__ import annotations
 
+import random
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
 import networkx as nx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +304,31 @@ def test_reference_reproduces_the_chapter_answer(ch7_dir):
         ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
                             "http://xyz.com/thing/purchase")),
     ]
+
+
+def _larger_event_set(seed: int) -> list[Event]:
+    """A few hundred events of one user: sessions and noise over eight pages, ties included."""
+    rng = random.Random(seed)
+    pages = [f"/p{k}" for k in range(8)]
+    events: list[Event] = []
+    for n in range(300):
+        ts = rng.randrange(0, 200)
+        if rng.random() < 0.2:
+            events.append(Event(f"e{n:03d}", "u", "impression", ts,
+                                impression_id=rng.randrange(4),
+                                source_url=rng.choice(SEARCH_PAGES), target_url=rng.choice(pages)))
+        else:
+            events.append(Event(f"e{n:03d}", "u", "visit", ts, url=rng.choice(pages),
+                                referer=rng.choice(pages + list(SEARCH_PAGES)),
+                                is_goal=rng.random() < 0.1))
+    rng.shuffle(events)
+    return events
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_larger_random_users_match_the_brute_force_reference(seed):
+    events = _larger_event_set(seed)
+    config = AttributionConfig(lookback_ms=60, dedup_window_ms=25)
+    rows = attribute_batch(events, config)
+    assert rows == reference_attribution(events, config)
+    assert sum(not r.organic for r in rows) >= 5, "the input should credit some goals"
