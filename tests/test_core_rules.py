@@ -80,12 +80,14 @@ def test_a_record_id_cannot_be_reused_by_a_later_record_of_another_type():
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "core bug: the event ids of superseded click-spam members are not remembered, so a later "
     "record reusing that id is accepted although rule 1 says the first copy counts"))
-def test_first_copy_counts_even_when_it_was_a_superseded_click():
-    # "b" is first seen as a click-spam copy of "a" (same ad, same bucket, later). A later
-    # record with id "b" is a copy of that click and must be dropped, so nothing leads from
-    # "/t" to the goal's referer and the goal is organic.
-    events = [click("a", 5, 1, "/t"), click("b", 6, 2, "/t"),
-              visit("b", 7, "/t", SEARCH), goal("g", 8, "/x", "/t")]
+@pytest.mark.parametrize("clicks", [
+    [click("a", 5, 1, "/t"), click("b", 6, 2, "/t")],   # "b" arrives as a click-spam copy
+    [click("b", 6, 2, "/t"), click("a", 5, 1, "/t")],   # "b" is canonical, then superseded
+], ids=["superseded-on-arrival", "superseded-later"])
+def test_first_copy_counts_even_when_it_was_a_superseded_click(clicks):
+    # The first record with id "b" is a click. The later visit "b" is a copy of it and must be
+    # dropped, so no visit to "/t" precedes the goal and the goal is organic.
+    events = clicks + [visit("b", 7, "/t", SEARCH), goal("g", 8, "/x", "/t")]
     assert credited(events) == {"g": (None, ())}
 
 
@@ -459,6 +461,36 @@ def test_gc_never_drops_a_pending_goal():
     assert [(r.goal_event_id, r.organic) for r in state.fire(1_000)] == [("g1", True)]
     state.gc(1_000)
     assert state.is_empty
+
+
+def test_expires_at_is_the_first_watermark_at_which_gc_empties_the_state():
+    config = AttributionConfig(lookback_ms=100, dedup_window_ms=10)
+    state = UserAttribution(USER, config)
+    assert state.expires_at() is None
+    state.add([click("i1", 3, 1, "/a"), visit("v1", 4, "/a", SEARCH), goal("g1", 5, "/g", "/a")])
+    assert state.next_wakeup() == 5                  # a pending goal comes first
+    state.fire(5)
+    expiry = state.expires_at()
+    assert expiry == 110 == state.next_wakeup()      # i1's bucket [0, 10) plus the lookback
+    state.gc(expiry - 1)
+    assert not state.is_empty
+    state.gc(expiry)
+    assert state.is_empty
+
+
+def test_restore_keeps_the_canonical_member_and_its_consumed_mark():
+    from attribution.paths import Impression, Visit
+
+    members = [Impression("late", 9, 4, SEARCH, "/a", consumed=True),
+               Impression("early", 7, 2, SEARCH, "/a"),
+               Impression("other-day", 8, 30, SEARCH, "/a")]
+    state = UserAttribution.restore(USER, [Visit("v1", 31, "/a", SEARCH),
+                                           Visit("g1", 32, "/g", "/a", True, True)],
+                                    members, watermark=1,
+                                    config=AttributionConfig(dedup_window_ms=25))
+    assert sorted((i.event_id, i.consumed) for i in state.impressions.values()) == \
+        [("early", True), ("other-day", False)]
+    assert [r.impression_event_id for r in state.fire(WATERMARK_INFINITY)] == ["other-day"]
 
 
 # -- state bytes ----------------------------------------------------------------------------------
