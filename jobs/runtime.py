@@ -44,6 +44,7 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "false",  # stateful queries ignore AQE; keep plans stable
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
     }
     if shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
@@ -52,6 +53,11 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if shuffle_partitions is None and not spark.sparkContext.getConf().contains(
+            "spark.sql.shuffle.partitions"):
+        # Spark's default of 200 means 200 state stores per micro-batch; size it to the cores.
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(max(2, 2 * spark.sparkContext.defaultParallelism)))
     return spark
 
 
@@ -140,6 +146,7 @@ def add_stream_options(parser: argparse.ArgumentParser, *, default_output: str,
                         help="Spark master when run with plain python (default: local[*]; "
                              "spark-submit's --master wins)")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
-                        help="spark.sql.shuffle.partitions (default: 2x the cores of local[*], "
-                             "or Spark's default on a cluster)")
+                        help="spark.sql.shuffle.partitions, fixed in the checkpoint at the first "
+                             "run (default: 2x the cores Spark reports, unless set by "
+                             "spark-submit --conf)")
 

@@ -28,3 +28,24 @@ def ch7_dir() -> Path:
     if not CH7_DIR.is_dir():
         pytest.fail(f"shared data missing: {CH7_DIR}")
     return CH7_DIR
+
+
+def stage_in_arrival_order(files, dest: Path) -> Path:
+    """Copy event files into ``dest`` with strictly increasing modification times.
+
+    Spark's file source orders new files by modification time, not by name; files checked out
+    together share one, so a stream would read them in arbitrary order.
+    """
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for n, f in enumerate(files):
+        target = Path(shutil.copy(f, dest))
+        os.utime(target, (1_600_000_000 + n, 1_600_000_000 + n))
+    return dest
+
+
+@pytest.fixture
+def ch7_stream_dir(ch7_dir, tmp_path) -> Path:
+    """The chapter 7 files staged so that a file stream reads them in arrival order."""
+    return stage_in_arrival_order(sorted(ch7_dir.glob("part-*.json")), tmp_path / "ch7")

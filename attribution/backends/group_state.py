@@ -31,7 +31,11 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
         core = (UserAttribution.from_bytes(state.get[0], config) if state.exists
                 else UserAttribution(user_id, config))
         for frame in frames:
-            core.add(events_from_frame(frame), watermark)
+            # Spark already dropped (and counted) rows behind the previous batch's watermark.
+            # Rows between that and ``watermark`` are on time: they are added before any goal
+            # at or below ``watermark`` fires. The core still guards against rows at or below
+            # a watermark it already fired at.
+            core.add(events_from_frame(frame))
         rows = core.advance(watermark)
         if core.is_empty:
             state.remove()

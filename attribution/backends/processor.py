@@ -64,21 +64,23 @@ class AttributionProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
         watermark = timerValues.getCurrentWatermarkInMs()
-        core, loaded = self._load(key[0], watermark)
-        core.add(events_from_rows(rows), watermark)
+        core, loaded = self._load(key[0])
+        # Spark filtered late rows already (by the previous batch's watermark); the rest are
+        # added before any goal at or below ``watermark`` fires, as the streaming rules require.
+        core.add(events_from_rows(rows))
         return self._advance(core, loaded, watermark)
 
     def handleExpiredTimer(self, key, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
         watermark = timerValues.getCurrentWatermarkInMs()
-        core, loaded = self._load(key[0], watermark)
+        core, loaded = self._load(key[0])
         return self._advance(core, loaded, watermark)
 
     def close(self) -> None:
         pass
 
     # -- state <-> core ---------------------------------------------------------------------------
-    def _load(self, user_id: str, watermark: int) -> tuple[UserAttribution, _Loaded]:
+    def _load(self, user_id: str) -> tuple[UserAttribution, _Loaded]:
         spent = {r[0] for r in self.spent.get()} if self.spent.exists() else set()
         visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent)
                   for r in (self.visits.get() if self.visits.exists() else ())]
@@ -86,7 +88,7 @@ class AttributionProcessor(StatefulProcessor):
                        for r in (self.impressions.get() if self.impressions.exists() else ())]
         loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
                          len(impressions), spent)
-        core = UserAttribution.restore(user_id, visits, impressions, watermark, self.config)
+        core = UserAttribution.restore(user_id, visits, impressions, config=self.config)
         return core, loaded
 
     def _advance(self, core: UserAttribution, loaded: _Loaded, watermark: int) -> Iterator:
