@@ -23,7 +23,12 @@ import itertools
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Optional
+
+
+# Nodes a fallback search may pop before the best map is recomputed instead (see last_touch).
+SEARCH_BUDGET = 2_000
 
 
 @dataclass(slots=True)
@@ -91,31 +96,126 @@ class ReferrerIndex:
     """Read-only indexes over one user's visits and canonical impressions.
 
     Built once per firing; consumption marks on impressions are read live, so one index serves
-    all goals attributed in that firing.
+    all goals attributed in that firing. The per-URL lists used only by the fallback search and
+    by trails are built on first use.
     """
 
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
-        visits = list(visits)
-        ordered = sorted(visits, key=lambda v: (v.ts, v.event_id))
+        self._visits = list(visits)
+        self._impressions = sorted(impressions, key=lambda i: (i.ts, i.event_id))
+        # Every node in (ts, event_id) order, sorted once; rebuilding the best map reuses it.
+        self._nodes = sorted([(v.ts, v.event_id, v) for v in self._visits]
+                             + [(i.ts, i.event_id, i) for i in self._impressions],
+                             key=lambda n: (n[0], n[1]))
+        self._best = self._best_reachable()
+        self._oldest = 0  # index of the oldest possibly-unconsumed impression in _impressions
+
+    @cached_property
+    def _rank(self) -> dict:
         # A visit's rank in (ts, event_id) order lets the max-heap pop visits without comparing
         # event_id strings in reverse.
-        self._rank = {v.event_id: r for r, v in enumerate(ordered)}
-        self._by_url = _index(visits, lambda v: v.url)
-        self._by_referer = _index((v for v in visits if v.referer is not None), lambda v: v.referer)
-        self._by_url_referer = _index((v for v in visits if v.referer is not None),
-                                      lambda v: (v.url, v.referer))
-        self._by_pair = _index(impressions, lambda i: (i.source_url, i.target_url))
+        ordered = sorted(self._visits, key=lambda v: (v.ts, v.event_id))
+        return {v.event_id: r for r, v in enumerate(ordered)}
+
+    @cached_property
+    def _by_url(self) -> dict:
+        return _index(self._visits, lambda v: v.url)
+
+    @cached_property
+    def _by_referer(self) -> dict:
+        return _index((v for v in self._visits if v.referer is not None), lambda v: v.referer)
+
+    @cached_property
+    def _by_url_referer(self) -> dict:
+        return _index((v for v in self._visits if v.referer is not None),
+                      lambda v: (v.url, v.referer))
+
+    @cached_property
+    def _by_pair(self) -> dict:
+        return _index(self._impressions, lambda i: (i.source_url, i.target_url))
+
+    def _best_reachable(self) -> dict:
+        """For every visit, the rule-5 best unconsumed impression with a path to it (or None).
+
+        One pass in ``(ts, event_id)`` order: a visit's best is the better of the best over
+        earlier visits to its referer URL (a running maximum per URL) and the best earlier
+        impression of its ``(referer, url)`` pair (a running maximum per pair). Consumption
+        only removes candidates, so later in the firing an answer is either still right, or
+        consumed (then ``last_touch`` falls back to a search), and "no candidate" stays true.
+        """
+        erank = self._event_id_rank
+        best_by_url: dict = {}
+        best_by_pair: dict = {}
+        best: dict = {}
+        for _, event_id, node in self._nodes:
+            if isinstance(node, Impression):
+                if node.consumed:
+                    continue
+                # Rule 5's order as one max-able key: latest ts, then smallest ids.
+                score = (node.ts, -node.impression_id, -erank[event_id])
+                pair = (node.source_url, node.target_url)
+                current = best_by_pair.get(pair)
+                if current is None or score > current[0]:
+                    best_by_pair[pair] = (score, node)
+                continue
+            found = None
+            if node.referer is not None:
+                found = best_by_url.get(node.referer)
+                direct = best_by_pair.get((node.referer, node.url))
+                if direct is not None and (found is None or direct[0] > found[0]):
+                    found = direct
+            if found is not None:
+                best[event_id] = found[1]
+                current = best_by_url.get(node.url)
+                if current is None or found[0] > current[0]:
+                    best_by_url[node.url] = found
+        return best
+
+    @cached_property
+    def _event_id_rank(self) -> dict:
+        return {eid: r for r, eid in enumerate(sorted(i.event_id for i in self._impressions))}
+
+    def _oldest_unconsumed_ts(self) -> Optional[int]:
+        impressions = self._impressions
+        while self._oldest < len(impressions) and impressions[self._oldest].consumed:
+            self._oldest += 1
+        return impressions[self._oldest].ts if self._oldest < len(impressions) else None
 
     # -- rule 4 + 5: the last-touch candidate -------------------------------------------------
     def last_touch(self, goal: Visit, lookback_ms: int) -> Optional[Impression]:
         """The credited impression for ``goal`` under ``last_touch``, or ``None`` (organic).
 
-        A best-first walk backwards from the goal, visiting nodes in decreasing time. Visits at a
-        given ``ts`` are expanded before impressions at that ``ts``, and impressions at equal
-        ``ts`` pop in ``(impression_id, event_id)`` order, so the first unconsumed impression
-        popped is exactly the rule-5 winner. Nothing older than ``goal.ts - lookback`` is read.
+        The best reachable impression is precomputed (``_best_reachable``): the latest one wins,
+        so if it is older than the lookback every candidate is. Only when an earlier goal of this
+        firing consumed it does a search run.
         """
         lo = goal.ts - lookback_ms
+        best = self._best.get(goal.event_id)
+        if best is None or best.ts < lo:
+            return None
+        if not best.consumed:
+            return best
+        oldest = self._oldest_unconsumed_ts()
+        if oldest is None:
+            return None
+        # Usually the next-best impression is close behind (an earlier click of the session);
+        # a short search finds it. When it is not, recomputing the best map (linear, no sort)
+        # costs less than walking everything back to the oldest unconsumed impression.
+        found, finished = self._search(goal, max(lo, oldest), SEARCH_BUDGET)
+        if finished:
+            return found
+        self._best = self._best_reachable()
+        best = self._best.get(goal.event_id)
+        return best if best is not None and best.ts >= lo else None
+
+    def _search(self, goal: Visit, lo: int, budget: int) -> tuple[Optional[Impression], bool]:
+        """A best-first walk backwards from the goal, visiting nodes in decreasing time.
+
+        Visits at a given ``ts`` are expanded before impressions at that ``ts``, and impressions
+        at equal ``ts`` pop in ``(impression_id, event_id)`` order, so the first unconsumed
+        impression popped is exactly the rule-5 winner. Nothing older than ``lo`` is read.
+        Returns ``(answer, True)``, or ``(None, False)`` when ``budget`` pops did not settle it.
+        """
         heap: list = []
         seen_urls: set = set()
         seen_pairs: set = set()
@@ -151,6 +251,9 @@ class ReferrerIndex:
 
         expand(goal)
         while heap:
+            budget -= 1
+            if budget < 0:
+                return None, False
             _, kind, _, cursor, idx = heapq.heappop(heap)
             node = cursor.items[idx]
             if idx > 0:
@@ -158,8 +261,8 @@ class ReferrerIndex:
             if kind == 0:
                 expand(node)
             elif not node.consumed:
-                return node
-        return None
+                return node, True
+        return None, True
 
     # -- rule 6: the trail --------------------------------------------------------------------
     def trail(self, impression: Impression, goal: Visit) -> list[Visit]:
