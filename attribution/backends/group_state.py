@@ -52,7 +52,8 @@ def make_batch_function(config: AttributionConfig) -> Callable:
     """The function for batch mode's ``groupBy('user_id').applyInPandas(...)``: the same core,
     fed the user's whole input, fired at a watermark of +infinity."""
 
-    def attribute_user(key, frame: pd.DataFrame) -> pd.DataFrame:
+    # Deliberately unannotated: partial hints make PySpark try (and warn) to infer an eval type.
+    def attribute_user(key, frame):
         (user_id,) = key
         core = UserAttribution(user_id, config)
         core.add(events_from_frame(frame))
