@@ -7,7 +7,7 @@ promises (``ExpectedCleanup``). ``inspect_join`` reads back what Spark actually 
 query, ``check_cleanup`` compares the two, and ``JoinStateCollector`` records the join's state
 rows per micro-batch. See docs/joins.md.
 """
-from .build import JoinResult, stream_join
+from .build import JoinResult, filter_above_watermark, stream_join
 from .cleanup import ExpectedCleanup, SideCleanup
 from .guardrails import UnboundedStateError, UnsupportedOuterJoinError
 from .inspect import (CleanupMismatch, DetectedSide, InspectionError, JoinInspection,
@@ -18,7 +18,7 @@ from .spec import (JOIN_TYPES, STRATEGIES, JoinSide, JoinSpecError, StateKeyCond
 
 __all__ = [
     "JoinSide", "StateKeyCondition", "StateValueCondition", "JOIN_TYPES", "STRATEGIES",
-    "stream_join", "JoinResult", "ExpectedCleanup", "SideCleanup",
+    "stream_join", "JoinResult", "filter_above_watermark", "ExpectedCleanup", "SideCleanup",
     "JoinSpecError", "UnboundedStateError", "UnsupportedOuterJoinError",
     "inspect_join", "inspect_joins", "parse_plan", "JoinInspection", "DetectedSide",
     "check_cleanup", "assert_cleanup", "CleanupMismatch", "InspectionError",

@@ -23,6 +23,8 @@ WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 # Metadata left on a time column whose watermark role moved to its window column.
 MOVED_WATERMARK_KEY = "streamjoin.watermarkMovedTo"
 WINDOW_SUFFIX = "join_window"
+SEMI_JOIN_BARRIER = "__streamjoin_barrier"
+WATERMARK_BARRIER = "__streamjoin_watermark_barrier"
 WATERMARK_POLICY_CONF = "spark.sql.streaming.multipleWatermarkPolicy"
 
 
@@ -92,7 +94,7 @@ def _prepare(side: JoinSide, delay_ms: Optional[int], apply_watermark: bool,
 
     df = side.df
     if apply_watermark:
-        df = df.withWatermark(side.time_col, spark_interval(delay_ms))
+        df = pin_watermark(df.withWatermark(side.time_col, spark_interval(delay_ms)))
     df = df.select([_col(c).alias(side.prefix + c) for c in df.columns])
     if window_ms is None:
         return df
@@ -104,6 +106,31 @@ def _prepare(side: JoinSide, delay_ms: Optional[int], apply_watermark: bool,
     # timestamp keeps its values but loses the marker (an explicit metadata replaces Spark's).
     return df.select([_col(c).alias(c, metadata={MOVED_WATERMARK_KEY: window_column})
                       if c == time_column else _col(c) for c in df.columns])
+
+
+def pin_watermark(df):
+    """Keep every filter above this point of the plan, so every row reaches the watermark.
+
+    Spark's optimizer pushes filters below ``withWatermark`` when they do not reference the
+    event-time column: an explicit split by event type, and the ``isnotnull(key)`` filters it
+    infers from a join's equality keys. The rows those filters remove (heartbeats, rows with a
+    null key) then never advance the watermark. No filter is pushed through a projection with a
+    non-deterministic column, so this adds one (``rand``) and a filter that uses it (always true;
+    it keeps the column from being pruned), then drops it.
+    """
+    from pyspark.sql import functions as F
+
+    pinned = df.withColumn(WATERMARK_BARRIER, F.rand(0))
+    return pinned.filter(F.col(WATERMARK_BARRIER) >= 0).drop(WATERMARK_BARRIER)
+
+
+def filter_above_watermark(df, condition):
+    """``df.filter(condition)`` on a watermarked stream, without hiding rows from the watermark.
+
+    Use it to split one watermarked stream into join inputs (e.g. by event type) while letting
+    the rows of every type, heartbeats included, advance the watermark.
+    """
+    return pin_watermark(df).filter(condition)
 
 
 def _time_condition(left_term, right_term, state_value: StateValueCondition):
@@ -166,13 +193,20 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
     left_df = _prepare(left, left_delay, left_apply, window_ms, window_columns[0])
     right_df = _prepare(right, right_delay, right_apply, window_ms, window_columns[1])
     windowed = window_ms is not None
+    if how == "left_semi" and windowed:
+        # The optimizer pushes a left semi join below deterministic projections, down to the one
+        # where the timestamp still carries the watermark next to its window (Spark then fails:
+        # two event-time columns). A non-deterministic column stops that push-down.
+        from pyspark.sql import functions as F
 
-    def term(side: JoinSide, window_column: Optional[str]):
+        left_df = left_df.withColumn(SEMI_JOIN_BARRIER, F.rand(0))
+
+    def key_term(side: JoinSide, window_column: Optional[str]):
         return _col(window_column) if windowed else _col(side.prefix + side.time_col)
 
     conditions = [_col(left.prefix + lk) == _col(right.prefix + rk) for lk, rk in pairs]
     if state_key is not None:
-        conditions.append(term(left, window_columns[0]) == term(right, window_columns[1]))
+        conditions.append(key_term(left, window_columns[0]) == key_term(right, window_columns[1]))
     if state_value is not None:
         # A timestamp range next to a window key compares timestamps, not windows.
         value_windowed = state_value.window is not None
@@ -184,6 +218,7 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
         condition = condition & extra
 
     joined = left_df.join(right_df, condition, how)
-    if windowed:
-        joined = joined.drop(*[c for c in window_columns if c in joined.columns])
+    helpers = list(window_columns) + [SEMI_JOIN_BARRIER] if windowed else []
+    if helpers:
+        joined = joined.drop(*[c for c in helpers if c in joined.columns])
     return JoinResult(joined, expected)
