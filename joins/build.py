@@ -184,8 +184,10 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
     session = left.df.sparkSession
     policy = (session.conf.get(WATERMARK_POLICY_CONF, "min") or "min").lower()
     expected = expected_cleanup(
-        SideFacts("left", left.name, left.prefix + left.time_col, window_columns[0], left_delay),
-        SideFacts("right", right.name, right.prefix + right.time_col, window_columns[1], right_delay),
+        SideFacts("left", left.name, left.prefix + left.time_col, window_columns[0], left_delay,
+                  left.time_col),
+        SideFacts("right", right.name, right.prefix + right.time_col, window_columns[1], right_delay,
+                  right.time_col),
         how, state_key, state_value, watermark_policy=policy)
     check_join(expected, has_equality=bool(pairs) or state_key is not None,
                allow_unbounded_state=allow_unbounded_state)

@@ -34,7 +34,9 @@ class SideCleanup:
 
     ``strategy`` is ``state-key``, ``state-value`` or ``none``. When not ``none``, rows whose
     ``column`` (its ``field`` for a window: ``end``) is ``<= W + offset_ms`` are evicted, W being
-    the global watermark. ``missing`` lists what would be needed to clean a side that cannot be.
+    the global watermark. ``source_column`` is the same column's name in the side's input (Spark
+    may name that one, e.g. after pushing a semi join below the prefixing projection).
+    ``missing`` lists what would be needed to clean a side that cannot be.
     """
 
     side: str
@@ -42,6 +44,7 @@ class SideCleanup:
     strategy: str
     time_column: str
     column: Optional[str] = None
+    source_column: Optional[str] = None
     field: Optional[str] = None
     offset_ms: Optional[int] = None
     has_watermark: bool = False
@@ -137,6 +140,7 @@ class SideFacts:
     time_column: str
     window_column: Optional[str]
     watermark_delay_ms: Optional[int]
+    source_time_column: Optional[str] = None
 
     @property
     def has_watermark(self) -> bool:
@@ -160,6 +164,7 @@ def expected_cleanup(left: SideFacts, right: SideFacts, how: str,
         windowed = state_key.window is not None
         return SideCleanup(strategy="state-key", offset_ms=0,
                            column=facts.window_column if windowed else facts.time_column,
+                           source_column=None if windowed else facts.source_time_column,
                            field="end" if windowed else None, **common(facts))
 
     if state_key is not None and any_watermark:
@@ -196,6 +201,7 @@ def expected_cleanup(left: SideFacts, right: SideFacts, how: str,
         offset = sign * bound_ms - (_ONE_MS if inclusive else 0)
         return SideCleanup(strategy="state-value", offset_ms=offset,
                            column=facts.window_column if windowed else facts.time_column,
+                           source_column=None if windowed else facts.source_time_column,
                            field="end" if windowed else None, **common(facts))
 
     left_cleanup = value_side(left, right, state_value.upper_ms(), state_value.upper_inclusive,

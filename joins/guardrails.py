@@ -31,9 +31,9 @@ PRESERVED_SIDES = {"left_outer": ("left",), "left_semi": ("left",), "right_outer
 
 
 def _fix_for(side: SideCleanup) -> str:
-    bound = "upper" if side.side == "left" else "lower"
+    bound = "an upper" if side.side == "left" else "a lower"
     return (f"either add StateKeyCondition (event time or a window as an equality key) with a "
-            f"watermark on at least one side, or use StateValueCondition with a {bound} bound "
+            f"watermark on at least one side, or use StateValueCondition with {bound} bound "
             f"(it limits how far {side.side} rows can wait for a match) and watermarks on both sides")
 
 

@@ -210,11 +210,12 @@ def check_cleanup(expected: ExpectedCleanup, inspection: JoinInspection) -> list
         where = f"{promised.side} side ({promised.name})"
         if promised.strategy != detected.strategy:
             problems.append(f"{where}: expected {promised.strategy}, Spark chose {detected.strategy}"
-                            + (f" ({detected.predicate})" if detected.predicate else ""))
+                            + (f" {detected.predicate}" if detected.predicate else ""))
             continue
         if not promised.cleanable:
             continue
-        if detected.column is not None and detected.column != promised.column:
+        if detected.column is not None and detected.column not in (promised.column,
+                                                                    promised.source_column):
             problems.append(f"{where}: expected the predicate on {promised.column}, "
                             f"Spark tests {detected.column}")
         if (detected.field or None) != (promised.field or None):
