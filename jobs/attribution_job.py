@@ -10,6 +10,7 @@ spec's output schema through Spark's exactly-once file sink.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -22,9 +23,11 @@ from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_
                                 AttributionConfig, parse_duration_ms)
 from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, OUTPUT_METRICS, attribution_batch,
                                   attribution_stream)
+from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
+                                    dead_letters, max_future_skew_ms, read_raw_batch,
+                                    read_raw_stream, start_dead_letter_stream, valid_events)
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import (add_stream_options, apply_trigger, build_spark_session,
-                          read_event_batch, read_event_stream, ship_packages)
+from jobs.runtime import add_stream_options, apply_trigger, build_spark_session, ship_packages
 
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
@@ -34,6 +37,9 @@ Reads spec events (visit / impression / heartbeat records; see the README's even
 event-time watermark (max event time seen - --watermark-delay) has passed it: the last-touch ad
 impression that led there (following referer paths), or an organic row. Heartbeat records only
 advance the watermark. Events behind the watermark are late: counted, never used.
+Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
+over 8192 chars, timestamps beyond --max-future-skew) never reach the watermark: they are
+counted and written with their reason to --dead-letter.
 """
 
 EXAMPLES = """\
@@ -73,12 +79,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dedup-window", default=DEFAULT_DEDUP_WINDOW, metavar="DURATION",
                         help="click-spam dedup bucket: same source/target impressions in one "
                              "bucket are one logical impression (default: %(default)s)")
+    parser.add_argument("--dead-letter", default=None, metavar="DIR",
+                        help="Parquet directory for invalid records (raw record, reason, source "
+                             "file, detection time), written by a second exactly-once streaming "
+                             "query (default: <output>-dead-letter)")
+    parser.add_argument("--max-future-skew", default=DEFAULT_MAX_FUTURE_SKEW, metavar="DURATION",
+                        help="reject events whose ts is more than this ahead of the micro-batch's "
+                             "processing time, so that one bad clock cannot drag the watermark "
+                             "forward and make every later event late (default: %(default)s)")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
     parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
     args = parser.parse_args(argv)
     try:
         args.watermark_delay_ms = parse_duration_ms(args.watermark_delay)
+        args.max_future_skew_ms = max_future_skew_ms(args.max_future_skew)
         args.config = AttributionConfig(lookback_ms=parse_duration_ms(args.lookback),
                                         dedup_window_ms=parse_duration_ms(args.dedup_window))
     except ValueError as err:
@@ -87,46 +102,101 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--events {args.events!r} is not a directory")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
+    if args.dead_letter is None:
+        args.dead_letter = args.output.rstrip("/") + "-dead-letter"
     return args
+
+
+class AttributionProgress(BatchProgress):
+    """``BatchProgress`` plus the number of invalid records each micro-batch dead-lettered.
+
+    The count comes from the validation step's observed metrics. The base class's progress line
+    is captured and extended rather than re-formatted here, so its wording stays in one place.
+    """
+
+    def __init__(self, *args, **kwargs):
+        # The stderr of the moment, not of import time, so that redirect_stderr and test capture
+        # see the progress lines.
+        kwargs.setdefault("stream", sys.stderr)
+        super().__init__(*args, **kwargs)
+        self.totals["invalid"] = 0
+
+    def _account(self, p) -> None:
+        observed = (p.observedMetrics or {}).get(VALIDATION_METRICS)
+        invalid = observed["invalid"] if observed is not None else 0
+        self.totals["invalid"] += invalid
+        stream, self.stream = self.stream, io.StringIO()
+        try:
+            super()._account(p)
+        finally:
+            line, self.stream = self.stream.getvalue(), stream
+        self.history[-1]["invalid"] = invalid
+        if line:
+            print(f"{line.rstrip()}, invalid {invalid} (dead-lettered)", file=self.stream,
+                  flush=True)
+
+    def report(self, **fields) -> RunReport:
+        report = super().report(**fields)
+        report.extra["invalid"] = self.totals["invalid"]
+        return report
 
 
 def run_stream(spark, args) -> RunReport:
     """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
-    events = read_event_stream(spark, args.events, args.format, args.max_files_per_trigger)
+    # Validation splits the input before withWatermark: invalid rows never move event time.
+    classified = classify(read_raw_stream(spark, args.events, args.format,
+                                          args.max_files_per_trigger),
+                          args.format, args.max_future_skew_ms, args.max_future_skew)
+    events = valid_events(classified)
     rows = attribution_stream(events, watermark_delay_ms=args.watermark_delay_ms,
                               config=args.config, backend=args.backend)
     writer = (rows.writeStream.format("parquet").outputMode("append")
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))
     query = apply_trigger(writer, args.trigger).start()
-    progress = BatchProgress(OUTPUT_METRICS, quiet=args.quiet)
+    # The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
+    # resumes both.
+    dead_letter_query = start_dead_letter_stream(
+        classified, args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter", args.trigger)
+    progress = AttributionProgress(OUTPUT_METRICS, quiet=args.quiet)
     try:
         while not query.awaitTermination(1):
             progress.consume(query.recentProgress)
+            if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
+                query.stop()  # surface the dead-letter failure instead of running without it
+                raise dead_letter_query.exception()
+        dead_letter_query.awaitTermination()
     except KeyboardInterrupt:
         print("stopping: interrupted; restart with the same --checkpoint to resume",
               file=sys.stderr)
         query.stop()
+        dead_letter_query.stop()
     progress.consume(query.recentProgress)
-    return progress.report(mode="stream", backend=args.backend, output=args.output)
+    report = progress.report(mode="stream", backend=args.backend, output=args.output)
+    report.extra["dead letter"] = args.dead_letter
+    return report
 
 
 def run_batch(spark, args) -> RunReport:
     """Batch mode: the same core over the whole input, watermark at +infinity."""
     from pyspark.sql import functions as F
 
-    events = read_event_batch(spark, args.events, args.format).cache()
+    classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
+                          args.max_future_skew_ms, args.max_future_skew).cache()
     started = time.monotonic()
-    rows = attribution_batch(events, config=args.config)
+    dead_letters(classified).write.mode("overwrite").parquet(args.dead_letter)
+    invalid = spark.read.parquet(args.dead_letter).count()
+    rows = attribution_batch(valid_events(classified, observe=False), config=args.config)
     rows.write.mode("overwrite").parquet(args.output)
     written = spark.read.parquet(args.output)
     counts = written.agg(F.count(F.lit(1)).alias("goals"),
                          F.count("impression_id").alias("attributed")).first()
     report = RunReport(mode="batch", backend="applyInPandas", output=args.output,
-                       input_rows=events.count(), late_rows=0, goals=counts.goals,
+                       input_rows=classified.count(), late_rows=0, goals=counts.goals,
                        attributed=counts.attributed, batches=1,
-                       seconds=time.monotonic() - started)
-    events.unpersist()
+                       seconds=time.monotonic() - started,
+                       extra={"invalid": invalid, "dead letter": args.dead_letter})
+    classified.unpersist()
     return report
 
 
