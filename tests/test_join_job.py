@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from attribution.config import MS_PER_DAY, MS_PER_MINUTE, parse_duration_ms
-from attribution.events import Event, ts_to_ms
+from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.io import data_files, read_events, write_events
 from attribution.schema import EVENT_FIELDS
 from joins.testing import FAST_STATE_CONF, session_conf
@@ -71,6 +71,10 @@ def generate_clicks(seed: int = 11, users: int = 5, impressions_per_user: int = 
     return sorted(events, key=lambda e: (e.ts, e.event_id))
 
 
+def heartbeat_ms(events: list[Event]) -> int:
+    return events[-1].ts + MS_PER_DAY
+
+
 def write_input(events: list[Event], directory: Path, fmt: str, files: int = 4) -> None:
     """Events in time order over ``files`` files, then a heartbeat one day after the last.
 
@@ -80,7 +84,7 @@ def write_input(events: list[Event], directory: Path, fmt: str, files: int = 4) 
     directory.mkdir(parents=True)
     size = -(-len(events) // files)
     chunks = [events[n * size:(n + 1) * size] for n in range(files)]
-    chunks.append([Event("hb", None, "heartbeat", events[-1].ts + MS_PER_DAY)])
+    chunks.append([Event("hb", None, "heartbeat", heartbeat_ms(events))])
     first_mtime = 1_700_000_000
     for n, chunk in enumerate(chunks):
         path = directory / f"part-{n:05d}.{fmt}"
@@ -179,6 +183,8 @@ def test_job_output_equals_an_independent_join(spark, tmp_path, clicks, strategy
     assert metrics["detected"]["impression"]["strategy"] == detected
     assert metrics["detected"]["visit"]["strategy"] == detected
     assert metrics["matches_expected"] is True and metrics["mismatches"] == []
+    # The heartbeat advanced both sides: W = min over the sides = heartbeat - 10 minutes.
+    assert metrics["batches"][-1]["watermark"] == ms_to_iso(heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
 
 
 def test_strategies_really_differ_on_this_data(clicks):
@@ -235,5 +241,8 @@ def test_spark_submit_run_writes_metrics_and_equal_output(tmp_path, clicks):
     assert "matches the operator's promise" in logs  # final report
     recorded = json.loads(metrics.read_text())
     assert recorded["watermark_delay"] == {"impression": "5 minutes", "visit": "10 minutes"}
+    # Both sides saw the heartbeat: the impression side alone would give heartbeat - 5 minutes,
+    # an impression side stuck at its last impression would give far less.
+    assert recorded["batches"][-1]["watermark"] == ms_to_iso(heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
     assert recorded["matches_expected"] is True
     assert [b["batch_id"] for b in recorded["batches"]] == list(range(len(recorded["batches"])))
