@@ -32,6 +32,10 @@ DEFAULT_MAX_DELAY = "30 minutes"
 DEFAULT_WINDOW = "1 hour"
 STRATEGY_CHOICES = ("state-key", "state-value", "mixed")
 
+# Name of the observed metric that counts the rows written per micro-batch (the file sink itself
+# reports no output count).
+OUTPUT_METRICS = "click_join_output"
+
 # (impression column, visit column) pairs that must be equal.
 CLICK_KEYS = (("user_id", "user_id"), ("target_url", "url"), ("source_url", "referer"))
 
@@ -152,21 +156,26 @@ class ClickJoinRun:
         self.state = JoinStateCollector()
         self.inspection = None
         self.inspection_error = None
-        self.output_rows = 0
+        self.written: dict[int, int] = {}  # batch id -> rows written
         self.input_rows = 0
+
+    @property
+    def output_rows(self) -> int:
+        return sum(self.written.values())
 
     def poll(self) -> None:
         for progress in self.query.recentProgress:
             if "addBatch" not in (progress["durationMs"] or {}):
                 continue  # an idle trigger: no micro-batch ran
+            observed = (progress["observedMetrics"] or {}).get(OUTPUT_METRICS)
             for row in self.state.add(progress):
                 self.input_rows += row.input_rows
-                self.output_rows += row.output_rows or 0
+                self.written[row.batch_id] = observed["rows"] if observed is not None else 0
                 if not self.quiet:
-                    print(f"batch {row.batch_id}: read {row.input_rows} rows (each side reads every file), output "
-                          f"{row.output_rows} rows, join state {row.total} rows (updated "
-                          f"{row.updated}, removed {row.removed}, late dropped "
-                          f"{row.dropped_by_watermark}), watermark {row.watermark}",
+                    print(f"batch {row.batch_id}: read {row.input_rows} rows (each side reads "
+                          f"every file), wrote {self.written[row.batch_id]} rows, join state "
+                          f"{row.total} rows (updated {row.updated}, removed {row.removed}, late "
+                          f"dropped {row.dropped_by_watermark}), watermark {row.watermark}",
                           file=sys.stderr, flush=True)
                 if self.inspection is None:
                     self.inspect()
@@ -201,7 +210,7 @@ class ClickJoinRun:
             "inspection_error": self.inspection_error,
             "matches_expected": self.inspection is not None and not self.mismatches(),
             "mismatches": self.mismatches(),
-            "batches": [r.to_dict() for r in rows],
+            "batches": [{**r.to_dict(), "output_rows": self.written.get(r.batch_id)} for r in rows],
             "totals": {"batches": len(rows), "input_rows": self.input_rows,
                        "output_rows": self.output_rows,
                        "dropped_by_watermark": sum(r.dropped_by_watermark for r in rows),
@@ -232,7 +241,10 @@ def run(spark, args) -> ClickJoinRun:
     result = build_click_join(events, args)
     if not args.quiet:
         print("operator's promise:\n" + result.describe(), file=sys.stderr, flush=True)
-    writer = (result.df.writeStream.format("parquet").outputMode("append")
+    from pyspark.sql import functions as F
+
+    output = result.df.observe(OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
+    writer = (output.writeStream.format("parquet").outputMode("append")
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("click_join"))
     query = apply_trigger(writer, args.trigger).start()

@@ -179,6 +179,7 @@ def test_job_output_equals_an_independent_join(spark, tmp_path, clicks, strategy
     assert actual == expected
     assert metrics["totals"]["dropped_by_watermark"] == 0  # nothing was late
     assert metrics["totals"]["batches"] >= 5  # one micro-batch per input file
+    assert metrics["totals"]["output_rows"] == sum(expected.values())  # observed rows written
     detected = {"state-key": "state-key", "mixed": "state-key", "state-value": "state-value"}[strategy]
     assert metrics["detected"]["impression"]["strategy"] == detected
     assert metrics["detected"]["visit"]["strategy"] == detected
