@@ -1,4 +1,4 @@
-"""``stream_join``: build a stream-to-stream join from its declaration, with guaranteed cleanup.
+"""``stream_join``: build a stream-to-stream join from its declaration and its promised cleanup.
 
 Steps, in order: validate the declaration, predict Spark's cleanup (``joins.cleanup``), refuse
 joins that could never be cleaned (``joins.guardrails``), then prepare each side (apply the
@@ -94,7 +94,11 @@ def _prepare(side: JoinSide, delay_ms: Optional[int], apply_watermark: bool,
 
     df = side.df
     if apply_watermark:
-        df = pin_watermark(df.withWatermark(side.time_col, spark_interval(delay_ms)))
+        df = df.withWatermark(side.time_col, spark_interval(delay_ms))
+    if delay_ms is not None:
+        # Otherwise the isnotnull(key) filters inferred from the join would be pushed below the
+        # watermark, and rows with a null key would not advance it.
+        df = pin_watermark(df)
     df = df.select([_col(c).alias(side.prefix + c) for c in df.columns])
     if window_ms is None:
         return df
