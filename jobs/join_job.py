@@ -66,6 +66,7 @@ examples:
   spark-submit jobs/join_job.py --events DIR --how left_outer --metrics out/clicks-metrics.json
 
 Output columns: impression_event_id, impression_user_id, ..., visit_event_id, visit_url, ...
+(with --how left_semi: the impression columns only, one row per clicked impression).
 --metrics FILE.json records the strategy Spark chose per side (read from the executed plan),
 whether it matches the operator's promise, and the join's state rows per micro-batch.
 """
