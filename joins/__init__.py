@@ -5,7 +5,7 @@ Declare the two sides (``JoinSide``), the equality keys and a time condition
 joins whose state Spark could never clean, builds the join, and returns it with the cleanup it
 promises (``ExpectedCleanup``). ``inspect_join`` reads back what Spark actually does from a running
 query, ``check_cleanup`` compares the two, and ``JoinStateCollector`` records the join's state
-rows per micro-batch. See docs/joins.md.
+rows per micro-batch. See the README section "Stream-to-stream joins".
 """
 from .build import JoinResult, filter_above_watermark, stream_join
 from .cleanup import ExpectedCleanup, SideCleanup
