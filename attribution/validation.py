@@ -20,6 +20,7 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from pyspark.sql import Column, DataFrame
@@ -341,3 +342,27 @@ def start_dead_letter_stream(classified: DataFrame, path: str, checkpoint: str, 
               .option("path", path).option("checkpointLocation", checkpoint)
               .queryName(query_name))
     return apply_trigger(writer, trigger).start()
+
+
+# -- input that cannot be read at all -----------------------------------------------------------
+
+_UNREADABLE_FILE = re.compile(
+    r"\[FAILED_READ_FILE\.(?P<kind>[A-Z_]+)\] Encountered error while reading file "
+    r"(?P<file>\S+?)\.\s+(?P<detail>.*?)(?:\s+SQLSTATE|\n|$)")
+
+
+def unreadable_input(error: BaseException) -> Optional[str]:
+    """If ``error`` is Spark failing to read an input file (e.g. a Parquet file whose column
+    types contradict the event schema), a one-paragraph explanation naming the file and how to
+    resume; otherwise ``None``.
+
+    Such a file has no rows to dead-letter: Spark cannot decode any of them. The micro-batch that
+    holds it is never committed, so stopping here loses nothing.
+    """
+    match = _UNREADABLE_FILE.search(str(error))
+    if match is None:
+        return None
+    return (f"input file {match['file']} cannot be read as events ({match['detail'].strip()}). "
+            "Nothing from the micro-batch holding it was committed. Replace the file, under the "
+            "same name, with a corrected one (or an empty file in the event schema) and rerun with "
+            "the same --checkpoint: the job resumes at that batch.")

@@ -25,7 +25,8 @@ from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, OUTPUT_METRICS, att
                                   attribution_stream)
 from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
                                     dead_letters, max_future_skew_ms, read_raw_batch,
-                                    read_raw_stream, start_dead_letter_stream, valid_events)
+                                    read_raw_stream, start_dead_letter_stream, unreadable_input,
+                                    valid_events)
 from jobs.progress import BatchProgress, RunReport
 from jobs.runtime import add_stream_options, apply_trigger, build_spark_session, ship_packages
 
@@ -169,8 +170,10 @@ def run_stream(spark, args) -> RunReport:
     except KeyboardInterrupt:
         print("stopping: interrupted; restart with the same --checkpoint to resume",
               file=sys.stderr)
-        query.stop()
-        dead_letter_query.stop()
+    finally:
+        for running in (query, dead_letter_query):  # one failed: do not leave the other behind
+            if running.isActive:
+                running.stop()
     progress.consume(query.recentProgress)
     report = progress.report(mode="stream", backend=args.backend, output=args.output)
     report.extra["dead letter"] = args.dead_letter
@@ -209,7 +212,14 @@ def main(argv=None) -> int:
     spark = build_spark_session("attribution", master=args.master,
                                 shuffle_partitions=args.shuffle_partitions)
     ship_packages(spark)
-    report = run(spark, args)
+    try:
+        report = run(spark, args)
+    except Exception as err:  # only a file Spark cannot decode is a user error; others propagate
+        explanation = unreadable_input(err)
+        if explanation is None:
+            raise
+        print(f"error: {explanation}", file=sys.stderr)
+        return 3
     print(report.render())
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.as_dict(), indent=2) + "\n")

@@ -263,3 +263,47 @@ def test_help_documents_the_new_options():
                              "--events", str(ROOT), "--max-future-skew", "soon"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "not a duration" in result.stderr
+
+
+def test_an_unreadable_parquet_file_stops_the_job_cleanly_and_loses_nothing(spark, tmp_path,
+                                                                            ch7_dir, capsys):
+    """A Parquet file whose column types contradict the event schema has no decodable rows to
+    dead-letter. The job stops with one clear message naming the file; nothing of that batch was
+    committed, and after the file is replaced the same checkpoint resumes with no loss."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attribution.io import write_events
+    from jobs.attribution_job import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    parts = sorted(ch7_dir.glob("part-*.json"))
+    for part in parts:
+        write_events(read_events(part), src / part.name.replace(".json", ".parquet"), "parquet")
+    events = stage_in_arrival_order(sorted(src.glob("*.parquet")), tmp_path / "events")
+    broken = events / "part-00001.parquet"  # impression 123, with a string impression_id
+    good_table = pq.read_table(broken)
+    mtime = broken.stat().st_mtime
+    bad_table = good_table.set_column(good_table.schema.get_field_index("impression_id"),
+                                      "impression_id", pa.array(["one-two-three"]))
+    pq.write_table(bad_table, broken)
+    os.utime(broken, (mtime, mtime))
+
+    argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
+            "--checkpoint", str(tmp_path / "checkpoint"), "--dead-letter", str(tmp_path / "dead"),
+            "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes", "--quiet"]
+    assert main(argv) == 3
+    message = capsys.readouterr().err
+    error_lines = [line for line in message.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1
+    assert "part-00001.parquet cannot be read as events" in error_lines[0]
+    assert "impression_id" in error_lines[0] and "same --checkpoint" in error_lines[0]
+
+    pq.write_table(good_table, broken)  # the operator's fix: same name, corrected content
+    os.utime(broken, (mtime, mtime))
+    assert main(argv) == 0
+    assert set(_committed_rows(spark, tmp_path / "out")) == CH7_ROWS
+    assert len(_committed_rows(spark, tmp_path / "out")) == 2
