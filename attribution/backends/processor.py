@@ -81,11 +81,13 @@ class AttributionProcessor(StatefulProcessor):
 
     # -- state <-> core ---------------------------------------------------------------------------
     def _load(self, user_id: str) -> tuple[UserAttribution, _Loaded]:
-        spent = {r[0] for r in self.spent.get()} if self.spent.exists() else set()
+        # Every state call is a round trip to the JVM; get() on a missing list or value yields
+        # nothing (or None), so no exists() call is needed first.
+        spent = {r[0] for r in self.spent.get()}
         visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent)
-                  for r in (self.visits.get() if self.visits.exists() else ())]
+                  for r in self.visits.get()]
         impressions = [Impression(r[0], r[1], r[2], r[3], r[4], r[0] in spent)
-                       for r in (self.impressions.get() if self.impressions.exists() else ())]
+                       for r in self.impressions.get()]
         loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
                          len(impressions), spent)
         core = UserAttribution.restore(user_id, visits, impressions, config=self.config)
@@ -129,7 +131,7 @@ class AttributionProcessor(StatefulProcessor):
             state.clear()
 
     def _set_timer(self, min_goal: Optional[int], timer: int) -> None:
-        old = self.wakeup.get() if self.wakeup.exists() else None
+        old = self.wakeup.get()
         if old is not None and old[1] == timer and old[0] == min_goal:
             return
         if old is not None and old[1] != timer:
@@ -139,7 +141,7 @@ class AttributionProcessor(StatefulProcessor):
         self.wakeup.update((min_goal, timer))
 
     def _clear(self) -> None:
-        old = self.wakeup.get() if self.wakeup.exists() else None
+        old = self.wakeup.get()
         if old is not None:
             self.handle.deleteTimer(old[1])
         for state in (self.visits, self.impressions, self.spent, self.wakeup):
