@@ -59,7 +59,7 @@ RUN_LABELS = {
     NATIVE: "(a) native window count",
     "applyInPandasWithState": "(b) stream applyInPandasWithState",
     "transformWithState": "(b) stream transformWithState",
-    BATCH: "(c) batch applyInPandas",
+    BATCH: "(c) batch (mapInArrow)",
     CORE: "(d) pure-Python core",
 }
 NATIVE_WINDOW = "10 minutes"
@@ -204,11 +204,11 @@ class MemorySampler:
 
 # -- streaming progress ---------------------------------------------------------------------------
 class ProgressRecorder:
-    """Keeps every ``StreamingQueryProgress`` of every query, and tells when a query has ended.
+    """Keeps every ``StreamingQueryProgress`` of every query, and tells when queries have ended.
 
     A listener rather than ``query.recentProgress`` because the attribution job owns its query
-    object; listener events arrive in order, so once a query's termination is seen, all of its
-    progress has been seen too.
+    objects (it runs a dead-letter query next to the main one); listener events arrive in order,
+    so once a query's termination is seen, all of its progress has been seen too.
     """
 
     def __init__(self):
@@ -218,7 +218,7 @@ class ProgressRecorder:
 
         class _Listener(StreamingQueryListener):
             def onQueryStarted(self, event):
-                pass
+                recorder._on_started(str(event.runId), event.name)
 
             def onQueryProgress(self, event):
                 recorder._on_progress(json.loads(event.progress.json))
@@ -231,12 +231,18 @@ class ProgressRecorder:
 
         self.listener = _Listener()
         self._cond = threading.Condition()
+        self._started: dict[str, Optional[str]] = {}   # run id -> query name
         self._progress: list[dict] = []
-        self._terminated: list[str] = []
+        self._terminated: set[str] = set()
 
     def start_window(self) -> None:
         with self._cond:
-            self._progress, self._terminated = [], []
+            self._started, self._progress, self._terminated = {}, [], set()
+
+    def _on_started(self, run_id: str, name: Optional[str]) -> None:
+        with self._cond:
+            self._started[run_id] = name
+            self._cond.notify_all()
 
     def _on_progress(self, progress: dict) -> None:
         with self._cond:
@@ -244,17 +250,22 @@ class ProgressRecorder:
 
     def _on_terminated(self, run_id: str) -> None:
         with self._cond:
-            self._terminated.append(run_id)
+            self._terminated.add(run_id)
             self._cond.notify_all()
 
-    def wait_for(self, queries: int, timeout: float = 120.0) -> list[dict]:
-        """Wait until ``queries`` queries ended since ``start_window``; return their progress."""
+    def wait_for(self, name: str, timeout: float = 120.0) -> list[dict]:
+        """Wait until every query started since ``start_window`` has ended (at least one named
+        ``name``); return the progress of the queries named ``name``."""
+        def done() -> bool:
+            return (name in self._started.values()
+                    and set(self._started) <= self._terminated)
+
         with self._cond:
-            if not self._cond.wait_for(lambda: len(self._terminated) >= queries, timeout):
-                print(f"warning: only {len(self._terminated)} of {queries} query terminations "
-                      f"reported within {timeout:.0f}s; state metrics may be incomplete",
-                      file=sys.stderr)
-            return list(self._progress)
+            if not self._cond.wait_for(done, timeout):
+                print(f"warning: query {name!r} did not report its end within {timeout:.0f}s; "
+                      "state metrics may be incomplete", file=sys.stderr)
+            runs = {run for run, n in self._started.items() if n == name}
+            return [p for p in self._progress if p["runId"] in runs]
 
 
 def batches_with_data(progress: list[dict]) -> list[dict]:
@@ -474,16 +485,16 @@ class Bench:
         path.mkdir(parents=True)
         return path
 
-    def _timed(self, fn: Callable[[], object], streaming_queries: int) -> tuple:
+    def _timed(self, fn: Callable[[], object], query_name: Optional[str] = None) -> tuple:
         """Run ``fn`` with memory sampled and progress recorded; return (result, seconds,
-        memory peaks, progress of the queries it ran)."""
+        memory peaks, micro-batches of the streaming query named ``query_name``)."""
         self.recorder.start_window()
         self.sampler.reset()
         started = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - started
         memory = self.sampler.reset()
-        progress = self.recorder.wait_for(streaming_queries) if streaming_queries else []
+        progress = self.recorder.wait_for(query_name) if query_name else []
         return result, seconds, memory, batches_with_data(progress)
 
     def run(self, kind: str, dataset: Dataset, repeat: int, **job_options) -> RunResult:
@@ -519,7 +530,7 @@ class Bench:
             if q.exception() is not None:
                 raise RuntimeError(f"native aggregation failed: {q.exception()}")
 
-        _, seconds, memory, batches = self._timed(query, 1)
+        _, seconds, memory, batches = self._timed(query, "benchmark_native")
         counted = self.spark.read.parquet(str(scratch / "out")).agg(F.sum("count")).first()[0]
         expected = closed_window_events(dataset)
         check = "ok" if counted == expected else f"FAIL: counted {counted} of {expected} events"
@@ -542,8 +553,8 @@ class Bench:
             argv += ["--backend", kind, "--max-files-per-trigger",
                      str(self.args.max_files_per_trigger)]
         args = parse_args(argv)
-        report, seconds, memory, batches = self._timed(lambda: run(self.spark, args),
-                                                       0 if kind == BATCH else 1)
+        report, seconds, memory, batches = self._timed(
+            lambda: run(self.spark, args), None if kind == BATCH else "attribution")
         check = "ok"
         if lookback is None and dataset.goals and (report.goals, report.attributed) != (
                 dataset.goals, dataset.attributed):
@@ -562,7 +573,7 @@ class Bench:
         def attribute():
             return attribute_batch(read_events_arrow(dataset.events_dir), dataset.config)
 
-        rows, seconds, memory, _ = self._timed(attribute, 0)
+        rows, seconds, memory, _ = self._timed(attribute)
         goals, attributed = len(rows), sum(1 for r in rows if not r.organic)
         if not dataset.goals:  # the first core run is the reference for the Spark runs
             dataset.goals, dataset.attributed = goals, attributed
@@ -877,8 +888,8 @@ def join_mode(bench: Bench, args) -> dict:
                 "--max-files-per-trigger", str(args.max_files_per_trigger),
                 "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint")]
         log(f"[join] {strategy} ...")
-        follow, seconds, memory, batches = bench._timed(lambda: join_run(bench.spark,
-                                                                         join_args(argv)), 1)
+        follow, seconds, memory, _ = bench._timed(
+            lambda: join_run(bench.spark, join_args(argv)), "click_join")
         rows = [r.total for r in follow.state.rows()]
         rate = dataset.records / seconds
         print(f"{strategy:<24} {seconds:6.1f}s  {rate:10,.0f} events/s ({rate / native.events_per_s:.2f}x "
