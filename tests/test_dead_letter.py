@@ -8,16 +8,13 @@ them are goals of the chapter's user), and one dropping good rows would change t
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from attribution.events import validate
 from attribution.io import read_events
-from attribution.oracle import attribute_batch, sort_key
+from attribution.oracle import attribute_batch
 from attribution.validation import classify, read_raw_batch
 from jobs.attribution_job import parse_args, run
 
@@ -157,11 +154,12 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
     assert sum(r.reason is None for r in rows) == 7
 
 
-@pytest.mark.parametrize("backend", ["applyInPandasWithState", "transformWithState"])
 def test_bad_records_are_dead_lettered_and_good_data_is_untouched(spark, tmp_path, ch7_dir,
-                                                                  capsys, backend):
+                                                                  capsys):
+    """With the pandas backend, which a year-9999 event would even crash. (The control below
+    runs the same input through transformWithState.)"""
     events = _mixed_ch7(ch7_dir, tmp_path)
-    report, rows = _run(spark, tmp_path, events, "--backend", backend,
+    report, rows = _run(spark, tmp_path, events, "--backend", "applyInPandasWithState",
                         "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes")
 
     # Good data: exactly the chapter's two rows, as the oracle gives over the valid records
