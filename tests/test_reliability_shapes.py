@@ -166,7 +166,7 @@ def test_hot_key_with_ignored_ads_gets_the_spec_answer():
     """The "ignored-ads" shape (an unconsumed impression always exists), at 2,000 sessions.
 
     At full size (100,000 sessions, 1,000,000 events) this shape takes the current core's
-    fire() over an hour: its cost grows with the square of the history (see docs/guarantees.md
+    fire() over an hour: its cost grows with the square of the history (see the README's Guarantees section
     and ``python jobs/hot_key_benchmark.py --shapes ignored-ads``). Here only the answer is
     checked."""
     sessions = 2_000
