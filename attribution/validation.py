@@ -126,19 +126,35 @@ def _python_kind(variant_type: Column) -> Column:
              .otherwise(F.lower(t)))
 
 
+def _record_kind(variant: Column) -> Column:
+    """The Python type name of the whole parsed line, or null when it is not JSON.
+
+    Read from the line's first character, which decides a JSON value's type; cheaper than
+    ``schema_of_variant``, which would describe every field of every valid record.
+    """
+    first = F.substring(F.ltrim("raw_record"), 1, 1)
+    return (F.when(variant.isNull(), F.lit(None).cast("string"))
+             .when(first == "{", "dict").when(first == "[", "list").when(first == '"', "str")
+             .when(first.isin("t", "f"), "bool").when(first == "n", "NoneType")
+             .when(F.trim("raw_record").rlike(r"^-?[0-9]+$"), "int")
+             .otherwise("float"))
+
+
 def _parse_ts(text: Column) -> Column:
     return F.coalesce(*(F.try_to_timestamp(text, F.lit(p)) for p in _TS_PATTERNS))
 
 
 def _json_view(raw: DataFrame) -> DataFrame:
+    # Built in stages, each a projection over the previous one's columns. The rules test every
+    # kind many times inside CASE WHEN branches, where Spark does not share common
+    # subexpressions: computed inline, each test would re-extract the field from the variant.
+    # Spark keeps a projection separate when inlining it would repeat an expensive expression.
     parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
     v = F.col("_v")
-    columns = [F.col("raw_record"), F.col("source_file"),
-               F.when(v.isNull(), F.lit(None).cast("string"))
-                .otherwise(_python_kind(F.schema_of_variant(v))).alias("k_record")]
+    columns = [F.col("raw_record"), F.col("source_file"), _record_kind(v).alias("k_record")]
     for name in EVENT_FIELDS:
-        columns.append(_python_kind(F.schema_of_variant(
-            F.try_variant_get(v, f"$.{name}", "variant"))).alias(f"k_{name}"))
+        columns.append(F.schema_of_variant(F.try_variant_get(v, f"$.{name}", "variant"))
+                       .alias(f"t_{name}"))
     for name in (*_STRING_FIELDS, "event_type"):
         # Only read as a string when it is one, except event_type, whose reason quotes any value.
         columns.append(F.try_variant_get(v, f"$.{name}", "string").alias(name))
@@ -146,20 +162,26 @@ def _json_view(raw: DataFrame) -> DataFrame:
                 F.try_variant_get(v, "$.is_goal", "boolean").alias("is_goal"),
                 F.try_variant_get(v, "$.impression_id", "bigint").alias("id_long"),
                 F.try_variant_get(v, "$.impression_id", "double").alias("id_double")]
-    view = parsed.select(*columns)
+    variant_types = parsed.select(*columns)
+
+    kinds = variant_types.select(
+        "*", *(_python_kind(F.col(f"t_{name}")).alias(f"k_{name}") for name in EVENT_FIELDS),
+        _parse_ts(F.col("ts_text")).alias("ts_parsed"))
+
     # Like events.py, an integral float (1.0) is an integer id; 1.5 is not (a bigint cast of the
     # variant would silently truncate it).
     id_kind, id_double = F.col("k_impression_id"), F.col("id_double")
     integral_float = (id_kind == "float") & (id_double == F.floor(id_double))
-    ts = _parse_ts(F.col("ts_text"))
-    return (view.withColumn("impression_id_integral", (id_kind == "int") | integral_float)
-                .withColumn("impression_id",
-                            F.when(id_kind == "int", F.col("id_long"))
-                             .when(integral_float, id_double.try_cast("bigint")))
-                .withColumn("ts", F.when(F.col("k_ts") == "str", ts))
-                .withColumn("ts_without_offset", F.when(
-                    (F.col("k_ts") == "str") & ts.isNull(),
-                    F.try_to_timestamp("ts_text", F.lit(_TS_PATTERN_WITHOUT_OFFSET)))))
+    is_text_ts = F.col("k_ts") == "str"
+    return kinds.select(
+        "*",
+        ((id_kind == "int") | integral_float).alias("impression_id_integral"),
+        F.when(id_kind == "int", F.col("id_long"))
+         .when(integral_float, id_double.try_cast("bigint")).alias("impression_id"),
+        F.when(is_text_ts, F.col("ts_parsed")).alias("ts"),
+        F.when(is_text_ts & F.col("ts_parsed").isNull(),
+               F.try_to_timestamp("ts_text", F.lit(_TS_PATTERN_WITHOUT_OFFSET)))
+         .alias("ts_without_offset"))
 
 
 def _parquet_view(raw: DataFrame) -> DataFrame:
