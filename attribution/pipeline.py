@@ -12,14 +12,18 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .backends.frames import INPUT_COLUMNS
+from .backends.frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_FIELDS
 from .config import AttributionConfig, spark_interval
 from .schema import OUTPUT_SCHEMA, spark_struct
 from .backends.group_state import STATE_DDL, make_batch_function, make_group_state_function
 
 BACKENDS = ("applyInPandasWithState", "transformWithState")
-DEFAULT_BACKEND = "applyInPandasWithState"
+# The faster of the two on jobs/benchmark.py (docs/performance.md): applyInPandasWithState pays
+# for pandas frames built per user per micro-batch, whatever the function does.
+DEFAULT_BACKEND = "transformWithState"
 OUTPUT_METRICS = "attribution_output"
+TWS_STATE_LAYOUTS = ("compact", "declared")
+DEFAULT_TWS_STATE = "compact"
 
 
 def drop_heartbeats(watermarked: DataFrame) -> DataFrame:
@@ -40,6 +44,17 @@ def _stateful_input(events: DataFrame) -> DataFrame:
                   .select(*INPUT_COLUMNS))
 
 
+def _packed_input(events: DataFrame) -> DataFrame:
+    """Heartbeats out; ``user_id``, ``ts`` and the event as one JSON column (``PACKED_FIELDS``).
+
+    For applyInPandasWithState, which builds pandas columns once per user per micro-batch:
+    measured on 100k events, one packed column instead of nine halves that per-user cost.
+    """
+    packed = F.to_json(F.struct(*(F.unix_millis("ts").alias(name) if name == "ts_ms"
+                                  else F.col(name) for name in PACKED_FIELDS)))
+    return drop_heartbeats(events).select("user_id", "ts", packed.alias(PACKED_COLUMN))
+
+
 def _observe_output(rows: DataFrame) -> DataFrame:
     organic = F.col("impression_id").isNull()
     return rows.observe(OUTPUT_METRICS,
@@ -50,25 +65,34 @@ def _observe_output(rows: DataFrame) -> DataFrame:
 
 def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
                        config: AttributionConfig = AttributionConfig(),
-                       backend: str = DEFAULT_BACKEND) -> DataFrame:
-    """The streaming attribution of ``events`` (a streaming DataFrame in the event schema)."""
+                       backend: str = DEFAULT_BACKEND,
+                       tws_state: str = DEFAULT_TWS_STATE) -> DataFrame:
+    """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
+
+    ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
+    ``compact`` (one value per user, the fast one) or ``declared`` (list states per entry).
+    """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if tws_state not in TWS_STATE_LAYOUTS:
+        raise ValueError(f"unknown transformWithState state layout {tws_state!r}; choose one of "
+                         f"{', '.join(TWS_STATE_LAYOUTS)}")
     watermarked = events.withWatermark("ts", spark_interval(watermark_delay_ms))
-    grouped = _stateful_input(watermarked).groupBy("user_id")
     output_type = spark_struct(OUTPUT_SCHEMA)
     if backend == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        rows = grouped.applyInPandasWithState(
+        rows = _packed_input(watermarked).groupBy("user_id").applyInPandasWithState(
             make_group_state_function(config), outputStructType=output_type,
             stateStructType=STATE_DDL, outputMode="append",
             timeoutConf=GroupStateTimeout.EventTimeTimeout)
     else:
-        from .backends.processor import AttributionProcessor
+        from .backends.processor import AttributionProcessor, CompactAttributionProcessor
 
-        rows = grouped.transformWithState(
-            AttributionProcessor(config), outputStructType=output_type,
+        processor = (CompactAttributionProcessor if tws_state == "compact"
+                     else AttributionProcessor)(config)
+        rows = _stateful_input(watermarked).groupBy("user_id").transformWithState(
+            processor, outputStructType=output_type,
             outputMode="Append", timeMode="EventTime")
     return _observe_output(rows)
 

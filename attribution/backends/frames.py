@@ -1,12 +1,15 @@
-"""Conversions between Spark's data (pandas frames, Rows) and the core's events and rows.
+"""Conversions between Spark's data (pandas frames, Arrow batches, Rows) and the core's events
+and rows.
 
-The stateful operators receive ``ts_ms`` (epoch milliseconds, computed by Spark with
-``unix_millis``) next to ``ts``, so no Python-side timestamp or time-zone conversion happens on
-the way in. On the way out, timestamps are built as UTC-aware values.
+Inputs carry ``ts_ms`` (epoch milliseconds, computed by Spark with ``unix_millis``), so no
+Python-side timestamp or time-zone conversion happens on the way in. On the way out, timestamps
+are UTC-aware values. Everything here runs once per user per micro-batch or once per row, so it
+works column-wise and avoids per-row pandas work: at a million events that overhead, not the
+attribution, is what the benchmark (``jobs/benchmark.py``) measured first.
 """
 from __future__ import annotations
 
-import math
+import json
 from operator import attrgetter
 from typing import Iterable, Iterator, Sequence
 
@@ -27,24 +30,24 @@ _NAT = np.datetime64("NaT", "ms")
 _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 
 
-def _long_or_none(value) -> int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return int(value)
+# applyInPandasWithState converts every input column to pandas once per user and micro-batch,
+# so its input is three columns: the key, ``ts`` (which must stay for the event-time timeout)
+# and the rest of the event as one JSON object built by Spark (``PACKED_FIELDS``).
+PACKED_COLUMN = "event"
+PACKED_FIELDS = ("event_id", "event_type", "ts_ms", "url", "referer", "is_goal", "impression_id",
+                 "source_url", "target_url")
 
 
-def _make_events(ids, users, types, ts, urls, referers, goals, impression_ids, sources, targets
-                 ) -> Iterator[Event]:
-    for eid, uid, typ, t, url, ref, goal, iid, src, tgt in zip(
-            ids, users, types, ts, urls, referers, goals, impression_ids, sources, targets):
-        yield Event(eid, uid, typ, int(t), url, ref, goal is True, _long_or_none(iid), src, tgt)
-
-
-def events_from_frame(df: pd.DataFrame) -> Iterator[Event]:
-    """Events from a pandas frame with ``INPUT_COLUMNS`` (column-wise, no per-row pandas work)."""
-    return _make_events(*(df[c].tolist() for c in ("event_id", "user_id", "event_type", "ts_ms",
-                                                   "url", "referer", "is_goal", "impression_id",
-                                                   "source_url", "target_url")))
+def events_from_packed(user_id: str, frame: pd.DataFrame) -> Iterator[Event]:
+    """Events from a frame whose ``PACKED_COLUMN`` holds each event as JSON (null fields are
+    left out by Spark's ``to_json``, hence ``get``)."""
+    loads = json.loads
+    for text in frame[PACKED_COLUMN].tolist():
+        e = loads(text)
+        get = e.get
+        yield Event(e["event_id"], user_id, e["event_type"], e["ts_ms"], get("url"),
+                    get("referer"), get("is_goal") is True, get("impression_id"),
+                    get("source_url"), get("target_url"))
 
 
 def events_from_rows(rows: Iterable) -> Iterator[Event]:
@@ -123,10 +126,6 @@ def rows_to_arrow(rows: Sequence[Attribution], schema):
         else:
             arrays.append(pa.array(column, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def empty_output_frame() -> pd.DataFrame:
-    return rows_to_frame([])
 
 
 def row_to_spark(row: Attribution):

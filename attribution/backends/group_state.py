@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..config import AttributionConfig
 from ..core import WATERMARK_INFINITY, UserAttribution
-from .frames import (events_from_arrow, events_from_frame, output_arrow_schema, rows_to_arrow,
+from .frames import (events_from_arrow, events_from_packed, output_arrow_schema, rows_to_arrow,
                      rows_to_frame)
 
 STATE_DDL = "state binary"
@@ -36,7 +36,7 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
             # Rows between that and ``watermark`` are on time: they are added before any goal
             # at or below ``watermark`` fires. The core still guards against rows at or below
             # a watermark it already fired at.
-            core.add(events_from_frame(frame))
+            core.add(events_from_packed(user_id, frame))
         rows = core.advance(watermark)
         if core.is_empty:
             state.remove()
