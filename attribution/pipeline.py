@@ -9,18 +9,25 @@ and the final report count what was really emitted.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .backends.frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_FIELDS
 from .config import AttributionConfig, spark_interval
 from .schema import OUTPUT_SCHEMA, spark_struct
-from .backends.group_state import STATE_DDL, make_batch_function, make_group_state_function
+from .backends.group_state import (BUCKET_COLUMN, STATE_DDL, make_batch_function,
+                                   make_bucket_state_function, make_group_state_function)
 
 BACKENDS = ("applyInPandasWithState", "transformWithState")
-# The faster of the two on jobs/benchmark.py (docs/performance.md): applyInPandasWithState pays
-# for pandas frames built per user per micro-batch, whatever the function does.
-DEFAULT_BACKEND = "transformWithState"
+# The faster of the two on jobs/benchmark.py (docs/performance.md): applyInPandasWithState keyed
+# by hash buckets of users, so its per-key pandas cost is paid per bucket, not per user.
+DEFAULT_BACKEND = "applyInPandasWithState"
+# applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small
+# cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per
+# user. Fixed by a query's first run, like the shuffle partitions.
+DEFAULT_STATE_BUCKETS = 64
 OUTPUT_METRICS = "attribution_output"
 TWS_STATE_LAYOUTS = ("compact", "declared")
 DEFAULT_TWS_STATE = "compact"
@@ -66,11 +73,16 @@ def _observe_output(rows: DataFrame) -> DataFrame:
 def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
                        config: AttributionConfig = AttributionConfig(),
                        backend: str = DEFAULT_BACKEND,
-                       tws_state: str = DEFAULT_TWS_STATE) -> DataFrame:
+                       tws_state: str = DEFAULT_TWS_STATE,
+                       state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS) -> DataFrame:
     """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
 
     ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
     ``compact`` (one value per user, the fast one) or ``declared`` (list states per entry).
+    ``state_buckets`` (applyInPandasWithState only) keys the state by that many hash buckets of
+    ``user_id``, so one call serves many users (see ``group_state.make_bucket_state_function``);
+    0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
+    and must not change under an existing checkpoint.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -82,10 +94,16 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
     if backend == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        rows = _packed_input(watermarked).groupBy("user_id").applyInPandasWithState(
-            make_group_state_function(config), outputStructType=output_type,
-            stateStructType=STATE_DDL, outputMode="append",
-            timeoutConf=GroupStateTimeout.EventTimeTimeout)
+        packed = _packed_input(watermarked)
+        if state_buckets:
+            bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
+            grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)
+            function = make_bucket_state_function(config)
+        else:
+            grouped, function = packed.groupBy("user_id"), make_group_state_function(config)
+        rows = grouped.applyInPandasWithState(
+            function, outputStructType=output_type, stateStructType=STATE_DDL,
+            outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
     else:
         from .backends.processor import AttributionProcessor, CompactAttributionProcessor
 

@@ -50,6 +50,26 @@ def events_from_packed(user_id: str, frame: pd.DataFrame) -> Iterator[Event]:
                     get("source_url"), get("target_url"))
 
 
+def events_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, list[Event]]:
+    """Packed frames holding several users (a ``user_id`` column next to ``PACKED_COLUMN``),
+    as each user's events in arrival order."""
+    by_user: dict[str, list[Event]] = {}
+    loads = json.loads
+    for frame in frames:
+        for user_id, text in zip(frame["user_id"].tolist(), frame[PACKED_COLUMN].tolist()):
+            e = loads(text)
+            get = e.get
+            event = Event(e["event_id"], user_id, e["event_type"], e["ts_ms"], get("url"),
+                          get("referer"), get("is_goal") is True, get("impression_id"),
+                          get("source_url"), get("target_url"))
+            events = by_user.get(user_id)
+            if events is None:
+                by_user[user_id] = [event]
+            else:
+                events.append(event)
+    return by_user
+
+
 def events_from_rows(rows: Iterable) -> Iterator[Event]:
     """Events from Spark ``Row``s with ``INPUT_COLUMNS``, in that order.
 

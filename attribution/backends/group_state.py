@@ -11,14 +11,16 @@ timeout is set to ``T - 1``: it fires exactly when the watermark reaches ``T``.
 """
 from __future__ import annotations
 
+import io
 from typing import Callable, Iterator
 
+import fastavro
 import pandas as pd
 
 from ..config import AttributionConfig
 from ..core import WATERMARK_INFINITY, UserAttribution
-from .frames import (events_from_arrow, events_from_packed, output_arrow_schema, rows_to_arrow,
-                     rows_to_frame)
+from .frames import (events_by_user, events_from_arrow, events_from_packed, output_arrow_schema,
+                     rows_to_arrow, rows_to_frame)
 
 STATE_DDL = "state binary"
 
@@ -88,3 +90,70 @@ def _attribute_user(user_id, events: list, config: AttributionConfig) -> list:
     core = UserAttribution(user_id, config)
     core.add(events)
     return core.fire(WATERMARK_INFINITY)
+
+
+# -- many users per key ---------------------------------------------------------------------------
+BUCKET_COLUMN = "state_bucket"
+BUCKET_STATE_VERSION = 1
+_BUCKET_SCHEMA = fastavro.parse_schema({
+    "type": "record", "name": "UserBucketStateV1", "namespace": "streamjoin.attribution",
+    "fields": [{"name": "users", "type": {"type": "map", "values": {
+        "type": "record", "name": "BucketUser", "fields": [
+            {"name": "wakeup", "type": "long"},   # when the user next needs the engine
+            {"name": "state", "type": "bytes"},   # the core's own versioned blob
+        ]}}}],
+})
+
+
+def encode_bucket(users: dict) -> bytes:
+    """A bucket's users (``user_id -> {"wakeup", "state"}``) as one versioned Avro value."""
+    buf = io.BytesIO()
+    buf.write(bytes([BUCKET_STATE_VERSION]))
+    fastavro.schemaless_writer(buf, _BUCKET_SCHEMA, {"users": users})
+    return buf.getvalue()
+
+
+def decode_bucket(blob: bytes) -> dict:
+    if not blob or blob[0] != BUCKET_STATE_VERSION:
+        raise ValueError(f"unknown bucket state version {blob[:1]!r}; this code reads "
+                         f"version {BUCKET_STATE_VERSION}")
+    return fastavro.schemaless_reader(io.BytesIO(blob[1:]), _BUCKET_SCHEMA, None)["users"]
+
+
+def make_bucket_state_function(config: AttributionConfig) -> Callable:
+    """The function for ``groupBy(BUCKET_COLUMN).applyInPandasWithState(...)``.
+
+    Spark's pandas machinery costs milliseconds per key and micro-batch (a frame in, a state
+    frame out), whatever the function does. Keyed by a hash bucket of ``user_id``, one call
+    serves every user of the bucket. The bucket's state maps each user to the core's blob and
+    the user's next wake-up; the bucket's timeout is the earliest of those, and a call advances
+    only the users with input or with a wake-up the watermark has reached, decoding no one else.
+    Each user's rows and timing are exactly those of the one-user-per-key function above.
+    """
+
+    def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        watermark = state.getCurrentWatermarkMs()
+        users = decode_bucket(state.get[0]) if state.exists else {}
+        incoming = events_by_user(frames)
+        due = [u for u, entry in users.items() if entry["wakeup"] <= watermark
+               and u not in incoming]
+        rows = []
+        for user_id in [*incoming, *due]:
+            entry = users.get(user_id)
+            core = (UserAttribution.from_bytes(entry["state"], config) if entry is not None
+                    else UserAttribution(user_id, config))
+            core.add(incoming.get(user_id, ()))
+            rows.extend(core.advance(watermark))
+            if core.is_empty:
+                users.pop(user_id, None)
+            else:
+                users[user_id] = {"wakeup": core.next_wakeup(), "state": core.to_bytes()}
+        if users:
+            state.update((encode_bucket(users),))
+            state.setTimeoutTimestamp(min(e["wakeup"] for e in users.values()) - 1)
+        else:
+            state.remove()
+        if rows:
+            yield rows_to_frame(rows)
+
+    return attribute_bucket
