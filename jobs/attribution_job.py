@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -211,7 +212,16 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     spark = build_spark_session("attribution", master=args.master,
                                 shuffle_partitions=args.shuffle_partitions)
-    ship_packages(spark)
+    packages = ship_packages(spark)
+    if packages is not None:
+        # transformWithState starts one Python worker on the driver (Spark's "pre-init" runner),
+        # which unpickles the processor without the files added by addPyFile: on a cluster whose
+        # PYSPARK_PYTHON cannot import the project it fails with "No module named 'attribution'".
+        # The functions' environment does reach it; on executors of other hosts the path is absent
+        # and ignored, and there the shipped copy is used.
+        environment = spark.sparkContext.environment
+        environment["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(packages), environment.get("PYTHONPATH")) if p)
     try:
         report = run(spark, args)
     except Exception as err:  # only a file Spark cannot decode is a user error; others propagate

@@ -1,6 +1,6 @@
 """A real Spark standalone cluster: a master and two 1-core workers on 127.0.0.1, started from the
-pyspark distribution's ``spark-class``; the job is submitted to it with ``spark-submit`` and its
-output must equal the batch oracle.
+pyspark distribution's ``spark-class``; the job is submitted to it with ``spark-submit``, once per
+backend, and its output must equal the batch oracle.
 
 The executors run a Python that can import pyspark, pandas and pyarrow but *not* this project
 (``python -S`` skips the editable install's ``.pth`` hook; a control below proves it), so the job
@@ -23,6 +23,8 @@ import pytest
 
 from attribution.io import read_attributions
 from attribution.oracle import sort_key
+
+from attribution.pipeline import BACKENDS
 
 from conftest import ROOT
 from test_reliability_crash import committed_attributions
@@ -118,6 +120,13 @@ def _executor_python(tmp_path: Path) -> tuple[Path, Path]:
     wrapper.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {calls}\n'
+        "# In an executor (its working directory is under a worker's), also forget the driver's\n"
+        "# copy of the project that the job puts on the functions' PYTHONPATH: it exists here only\n"
+        "# because driver and workers share this machine. Only the shipped copy may serve.\n"
+        'case "$PWD" in */worker-*/app-*)\n'
+        '  PYTHONPATH=$(printf %s "$PYTHONPATH" | tr : "\\n" | grep -v streamjoin-pyfiles'
+        ' | paste -sd: -) ;;\n'
+        "esac\n"
         "# -S: no site.py, so no .pth hooks (the editable install of this project is one).\n"
         f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{_site_packages()}" '
         f'exec {sys.executable} -S "$@"\n')
@@ -159,6 +168,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     master_port = _free_port()
     master_url = f"spark://127.0.0.1:{master_port}"
     daemons: list[Daemon] = []
+    reports: dict[str, str] = {}
     try:
         master = Daemon("master", [spark_class, "org.apache.spark.deploy.master.Master",
                                    "--host", "127.0.0.1", "--port", str(master_port),
@@ -178,20 +188,24 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
         for worker in daemons[1:]:
             worker.wait_for("Successfully registered with master")
 
-        submit = Daemon("spark-submit", [
-            str(spark_home / "bin" / "spark-submit"), "--master", master_url,
-            "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
-            "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
-            "--conf", "spark.driver.bindAddress=127.0.0.1",
-            str(ROOT / "jobs" / "attribution_job.py"),
-            "--events", str(dataset.events_dir), "--output", str(tmp_path / "out"),
-            "--checkpoint", str(tmp_path / "checkpoint"), "--max-files-per-trigger", "1",
-            "--watermark-delay", "10 minutes", "--shuffle-partitions", "2"],
-            env, tmp_path, neutral)
-        daemons.append(submit)
-        code = submit.proc.wait(timeout=900)
-        assert code == 0, submit.output()[-4000:]
-        report = submit.output()
+        # One application per backend, one after the other on the same two executors' slots.
+        # transformWithState also runs a Python worker on the driver, which needs the project.
+        for backend in BACKENDS:
+            submit = Daemon(f"spark-submit-{backend}", [
+                str(spark_home / "bin" / "spark-submit"), "--master", master_url,
+                "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
+                "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+                "--conf", "spark.driver.bindAddress=127.0.0.1",
+                str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
+                "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
+                "--checkpoint", str(tmp_path / backend / "checkpoint"),
+                "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+                "--shuffle-partitions", "2"],
+                env, tmp_path, neutral)
+            daemons.append(submit)
+            code = submit.proc.wait(timeout=900)
+            assert code == 0, submit.output()[-4000:]
+            reports[backend] = submit.output()
     finally:
         for daemon in reversed(daemons):
             daemon.stop()
@@ -202,10 +216,11 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     # itself), both workers ran an executor, and each received the project's zip.
     assert "pyspark.daemon" in executor_calls.read_text()
     for n in (1, 2):
-        app_dirs = list((tmp_path / f"worker-{n}").glob("app-*/*"))
-        assert app_dirs, f"worker {n} never ran an executor"
-        assert any((d / "streamjoin.zip").exists() for d in app_dirs), \
-            f"worker {n}'s executor did not receive the project's packages"
-    assert "attribution stream run" in report and "late dropped : 0" in report
-
-    assert committed_attributions(spark, tmp_path / "out") == truth
+        executor_dirs = list((tmp_path / f"worker-{n}").glob("app-*/*"))
+        assert len(executor_dirs) == len(BACKENDS), f"worker {n} did not run every application"
+        for executor_dir in executor_dirs:
+            assert (executor_dir / "streamjoin.zip").exists(), \
+                f"{executor_dir} did not receive the project's packages"
+    for backend, report in reports.items():
+        assert f"attribution stream run ({backend})" in report and "late dropped : 0" in report
+        assert committed_attributions(spark, tmp_path / backend / "out") == truth, backend
