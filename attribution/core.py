@@ -154,7 +154,7 @@ class UserAttribution:
             if impression is None:
                 rows.append(self._organic(goal))
             else:
-                impression.consumed = True
+                index.consume(impression)
                 trail = tuple(v.url for v in index.trail(impression, goal))
                 rows.append(self._attributed(goal, impression, trail))
             goal.pending = False

@@ -10,11 +10,10 @@ are enough to walk it:
 "Precedes" is the order ``(ts, event_id)``, so every edge points forward in time: the graph is
 acyclic even when URLs form cycles, and every search below terminates.
 
-Both searches use the same trick to stay linear in the part of the state they touch: the
-predecessors of ``v`` through URL ``X`` are a *prefix* of the visits to ``X``. Walking backwards
-in decreasing order, the first visit that needs URL ``X`` asks for the longest prefix, so every
-later request for ``X`` is already covered and costs nothing. Each URL list is therefore read by
-one cursor, and each visit is looked at most once per search.
+Both walks rest on one fact: the predecessors of ``v`` through URL ``X`` (or through the pair
+``(v.referer, v.url)``) are a *prefix*, in that order, of the visits to ``X`` (or of the pair's
+impressions). The best-candidate sweep keeps a running maximum per such list, so it is linear;
+the trail walk reads each list with one cursor.
 """
 from __future__ import annotations
 
@@ -25,10 +24,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Optional
-
-
-# Nodes a fallback search may pop before the best map is recomputed instead (see last_touch).
-SEARCH_BUDGET = 2_000
 
 
 @dataclass(slots=True)
@@ -93,33 +88,133 @@ def _index(items: Iterable, key_of) -> dict:
 
 
 class ReferrerIndex:
-    """Read-only indexes over one user's visits and canonical impressions.
+    """Indexes over one user's visits and canonical impressions, for one firing.
 
-    Built once per firing; consumption marks on impressions are read live, so one index serves
-    all goals attributed in that firing. The per-URL lists used only by the fallback search and
-    by trails are built on first use.
+    The rule-5 best impression of every visit comes from one sweep over the nodes in
+    ``(ts, event_id)`` order, done lazily up to the goal being attributed (nodes after the last
+    due goal are never swept). Impressions that goals of this firing consume must be reported
+    with ``consume``; the per-URL lists used only by trails are built on first use.
     """
 
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
         self._visits = list(visits)
-        self._impressions = sorted(impressions, key=lambda i: (i.ts, i.event_id))
-        # Every node in (ts, event_id) order, sorted once; rebuilding the best map reuses it.
-        self._nodes = sorted([(v.ts, v.event_id, v) for v in self._visits]
-                             + [(i.ts, i.event_id, i) for i in self._impressions],
-                             key=lambda n: (n[0], n[1]))
-        self._best = self._best_reachable()
-        self._oldest = 0  # index of the oldest possibly-unconsumed impression in _impressions
+        self._impressions = list(impressions)
+        nodes = sorted([*self._visits, *self._impressions], key=lambda n: (n.ts, n.event_id))
+        self._nodes = nodes
+        self._pos = {n.event_id: p for p, n in enumerate(nodes)}
+        # A group is the visits to one URL (keyed by the URL) or the impressions of one
+        # (source_url, target_url) pair (keyed by the pair): the two ways into a visit.
+        groups: dict = defaultdict(list)
+        slot = []
+        for p, n in enumerate(nodes):
+            members = groups[n.url if type(n) is Visit else (n.source_url, n.target_url)]
+            slot.append(len(members))
+            members.append(p)
+        self._groups = dict(groups)
+        self._slot = slot
+        # prefix[key][k]: the best candidate over the group's first k+1 members (see _sweep).
+        self._prefix = {key: [None] * len(members) for key, members in groups.items()}
+        self._best: list = [None] * len(nodes)
+        self._swept = 0  # nodes [0, _swept) have a value
+        self._exact = 0  # values before this position count no consumed impression
 
+    def consume(self, impression: Impression) -> None:
+        """Mark ``impression`` consumed by a goal of this firing (rule 5)."""
+        impression.consumed = True
+        self._exact = min(self._exact, self._pos[impression.event_id])
+
+    @cached_property
+    def _event_id_rank(self) -> dict:
+        return {eid: r for r, eid in enumerate(sorted(i.event_id for i in self._impressions))}
+
+    def _sweep(self, start: int, stop: int) -> None:
+        """Give nodes ``[start, stop)`` their value: for a visit, the rule-5 best unconsumed
+        impression with a path to it, as ``(score, impression)``, or None.
+
+        Edges come from two equalities, so a visit's candidates are the candidates of the
+        earlier visits to its referer URL and the earlier impressions of its
+        ``(referer, url)`` pair: two prefix maxima, kept per group as the sweep goes. Values
+        before ``start`` are read from those prefix arrays, so a sweep can resume or redo any
+        suffix.
+
+        Consumption only removes candidates, so a value is always the best over a *superset*
+        of what is still available: if the impression it names is unconsumed it is exactly
+        right; if not, ``last_touch`` sweeps again from the earliest consumed position.
+        """
+        nodes, slot, prefix, groups, best = (self._nodes, self._slot, self._prefix,
+                                             self._groups, self._best)
+        erank = self._event_id_rank
+        running: dict = {}
+
+        def before_start(key):
+            members = groups.get(key)
+            if members is None:
+                return None
+            k = bisect_left(members, start) - 1
+            return prefix[key][k] if k >= 0 else None
+
+        for p in range(start, stop):
+            node = nodes[p]
+            if type(node) is Impression:
+                key = (node.source_url, node.target_url)
+                current = running[key] if key in running else before_start(key)
+                if not node.consumed:
+                    # Rule 5's order as one max-able key: latest ts, then smallest ids.
+                    score = (node.ts, -node.impression_id, -erank[node.event_id])
+                    if current is None or score > current[0]:
+                        current = (score, node)
+            else:
+                found = None
+                referer = node.referer
+                if referer is not None:
+                    if referer not in running:
+                        running[referer] = before_start(referer)
+                    found = running[referer]
+                    pair = (referer, node.url)
+                    if pair not in running:
+                        running[pair] = before_start(pair)
+                    direct = running[pair]
+                    if direct is not None and (found is None or direct[0] > found[0]):
+                        found = direct
+                best[p] = found
+                key = node.url
+                current = running[key] if key in running else before_start(key)
+                if found is not None and (current is None or found[0] > current[0]):
+                    current = found
+            running[key] = current
+            prefix[key][slot[p]] = current
+
+    # -- rule 4 + 5: the last-touch candidate -------------------------------------------------
+    def last_touch(self, goal: Visit, lookback_ms: int) -> Optional[Impression]:
+        """The credited impression for ``goal`` under ``last_touch``, or ``None`` (organic).
+
+        Goals must be asked in ``(ts, event_id)`` order. The latest candidate wins, so if the
+        best one is older than the lookback every candidate is. Only when the best one was
+        consumed earlier in this firing is the sweep redone, from the earliest impression
+        consumed since the last exact sweep: usually a click a few events back.
+        """
+        p = self._pos[goal.event_id]
+        if p >= self._swept:
+            exact = self._exact == self._swept
+            self._sweep(self._swept, p + 1)
+            self._swept = p + 1
+            if exact:
+                self._exact = p + 1
+        found = self._best[p]
+        if found is not None and found[1].consumed:
+            self._sweep(self._exact, p + 1)
+            self._exact = p + 1
+            found = self._best[p]
+        if found is None or found[1].ts < goal.ts - lookback_ms:
+            return None
+        return found[1]
+
+    # -- rule 6: the trail --------------------------------------------------------------------
     @cached_property
     def _rank(self) -> dict:
-        # A visit's rank in (ts, event_id) order lets the max-heap pop visits without comparing
-        # event_id strings in reverse.
+        # A visit's rank in (ts, event_id) order breaks heap ties without comparing strings.
         ordered = sorted(self._visits, key=lambda v: (v.ts, v.event_id))
         return {v.event_id: r for r, v in enumerate(ordered)}
-
-    @cached_property
-    def _by_url(self) -> dict:
-        return _index(self._visits, lambda v: v.url)
 
     @cached_property
     def _by_referer(self) -> dict:
@@ -130,141 +225,6 @@ class ReferrerIndex:
         return _index((v for v in self._visits if v.referer is not None),
                       lambda v: (v.url, v.referer))
 
-    @cached_property
-    def _by_pair(self) -> dict:
-        return _index(self._impressions, lambda i: (i.source_url, i.target_url))
-
-    def _best_reachable(self) -> dict:
-        """For every visit, the rule-5 best unconsumed impression with a path to it (or None).
-
-        One pass in ``(ts, event_id)`` order: a visit's best is the better of the best over
-        earlier visits to its referer URL (a running maximum per URL) and the best earlier
-        impression of its ``(referer, url)`` pair (a running maximum per pair). Consumption
-        only removes candidates, so later in the firing an answer is either still right, or
-        consumed (then ``last_touch`` falls back to a search), and "no candidate" stays true.
-        """
-        erank = self._event_id_rank
-        best_by_url: dict = {}
-        best_by_pair: dict = {}
-        best: dict = {}
-        for _, event_id, node in self._nodes:
-            if isinstance(node, Impression):
-                if node.consumed:
-                    continue
-                # Rule 5's order as one max-able key: latest ts, then smallest ids.
-                score = (node.ts, -node.impression_id, -erank[event_id])
-                pair = (node.source_url, node.target_url)
-                current = best_by_pair.get(pair)
-                if current is None or score > current[0]:
-                    best_by_pair[pair] = (score, node)
-                continue
-            found = None
-            if node.referer is not None:
-                found = best_by_url.get(node.referer)
-                direct = best_by_pair.get((node.referer, node.url))
-                if direct is not None and (found is None or direct[0] > found[0]):
-                    found = direct
-            if found is not None:
-                best[event_id] = found[1]
-                current = best_by_url.get(node.url)
-                if current is None or found[0] > current[0]:
-                    best_by_url[node.url] = found
-        return best
-
-    @cached_property
-    def _event_id_rank(self) -> dict:
-        return {eid: r for r, eid in enumerate(sorted(i.event_id for i in self._impressions))}
-
-    def _oldest_unconsumed_ts(self) -> Optional[int]:
-        impressions = self._impressions
-        while self._oldest < len(impressions) and impressions[self._oldest].consumed:
-            self._oldest += 1
-        return impressions[self._oldest].ts if self._oldest < len(impressions) else None
-
-    # -- rule 4 + 5: the last-touch candidate -------------------------------------------------
-    def last_touch(self, goal: Visit, lookback_ms: int) -> Optional[Impression]:
-        """The credited impression for ``goal`` under ``last_touch``, or ``None`` (organic).
-
-        The best reachable impression is precomputed (``_best_reachable``): the latest one wins,
-        so if it is older than the lookback every candidate is. Only when an earlier goal of this
-        firing consumed it does a search run.
-        """
-        lo = goal.ts - lookback_ms
-        best = self._best.get(goal.event_id)
-        if best is None or best.ts < lo:
-            return None
-        if not best.consumed:
-            return best
-        oldest = self._oldest_unconsumed_ts()
-        if oldest is None:
-            return None
-        # Usually the next-best impression is close behind (an earlier click of the session);
-        # a short search finds it. When it is not, recomputing the best map (linear, no sort)
-        # costs less than walking everything back to the oldest unconsumed impression.
-        found, finished = self._search(goal, max(lo, oldest), SEARCH_BUDGET)
-        if finished:
-            return found
-        self._best = self._best_reachable()
-        best = self._best.get(goal.event_id)
-        return best if best is not None and best.ts >= lo else None
-
-    def _search(self, goal: Visit, lo: int, budget: int) -> tuple[Optional[Impression], bool]:
-        """A best-first walk backwards from the goal, visiting nodes in decreasing time.
-
-        Visits at a given ``ts`` are expanded before impressions at that ``ts``, and impressions
-        at equal ``ts`` pop in ``(impression_id, event_id)`` order, so the first unconsumed
-        impression popped is exactly the rule-5 winner. Nothing older than ``lo`` is read.
-        Returns ``(answer, True)``, or ``(None, False)`` when ``budget`` pops did not settle it.
-        """
-        heap: list = []
-        seen_urls: set = set()
-        seen_pairs: set = set()
-
-        def push_visit(cursor: _Sorted, idx: int) -> None:
-            v = cursor.items[idx]
-            if v.ts >= lo:
-                heapq.heappush(heap, (-v.ts, 0, -self._rank[v.event_id], cursor, idx))
-
-        def push_impression(cursor: _Sorted, idx: int) -> None:
-            i = cursor.items[idx]
-            if i.ts >= lo:
-                heapq.heappush(heap, (-i.ts, 1, (i.impression_id, i.event_id), cursor, idx))
-
-        def expand(v: Visit) -> None:
-            if v.referer is None:
-                return
-            if v.referer not in seen_urls:
-                seen_urls.add(v.referer)
-                cursor = self._by_url.get(v.referer)
-                if cursor is not None:
-                    idx = bisect_left(cursor.keys, v.key) - 1
-                    if idx >= 0:
-                        push_visit(cursor, idx)
-            pair = (v.referer, v.url)
-            if pair not in seen_pairs:
-                seen_pairs.add(pair)
-                cursor = self._by_pair.get(pair)
-                if cursor is not None:
-                    idx = bisect_left(cursor.keys, v.key) - 1
-                    if idx >= 0:
-                        push_impression(cursor, idx)
-
-        expand(goal)
-        while heap:
-            budget -= 1
-            if budget < 0:
-                return None, False
-            _, kind, _, cursor, idx = heapq.heappop(heap)
-            node = cursor.items[idx]
-            if idx > 0:
-                (push_visit if kind == 0 else push_impression)(cursor, idx - 1)
-            if kind == 0:
-                expand(node)
-            elif not node.consumed:
-                return node, True
-        return None, True
-
-    # -- rule 6: the trail --------------------------------------------------------------------
     def trail(self, impression: Impression, goal: Visit) -> list[Visit]:
         """The visits strictly between ``impression`` and ``goal``, in forward order (rule 6)."""
         reachable = self._reachable_by_url(impression, goal)

@@ -22,8 +22,9 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 
 from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
                                 AttributionConfig, parse_duration_ms)
-from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, OUTPUT_METRICS, attribution_batch,
-                                  attribution_stream)
+from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, DEFAULT_STATE_BUCKETS,
+                                  DEFAULT_TWS_STATE, OUTPUT_METRICS, TWS_STATE_LAYOUTS,
+                                  attribution_batch, attribution_stream)
 from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
                                     dead_letters, max_future_skew_ms, read_raw_batch,
                                     read_raw_stream, start_dead_letter_stream, unreadable_input,
@@ -72,6 +73,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "everything once, watermark at +infinity (default: %(default)s)")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                         help="stateful operator for stream mode (default: %(default)s)")
+    parser.add_argument("--state-buckets", type=int, default=DEFAULT_STATE_BUCKETS, metavar="N",
+                        help="applyInPandasWithState only: key Spark's state by N hash buckets "
+                             "of user_id (each bucket holds its users' state blobs and one "
+                             "timer, so Spark's per-key cost is paid per bucket); 0 keys it by "
+                             "user_id, one blob and one timer per user. Fixed by the first run "
+                             "of a checkpoint (default: %(default)s)")
+    parser.add_argument("--tws-state", choices=TWS_STATE_LAYOUTS, default=DEFAULT_TWS_STATE,
+                        help="transformWithState only: 'compact' keeps one value per user (the "
+                             "core's blob and its timer); 'declared' keeps list states of visits "
+                             "and impressions and a value state for the min goal. Fixed by the "
+                             "first run of a checkpoint (default: %(default)s)")
     parser.add_argument("--watermark-delay", default=DEFAULT_WATERMARK_DELAY, metavar="DURATION",
                         help="how far behind the max event time the watermark trails; events "
                              "older than the watermark are late (default: %(default)s)")
@@ -102,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(str(err))
     if not Path(args.events).is_dir() and "://" not in args.events:
         parser.error(f"--events {args.events!r} is not a directory")
+    if args.state_buckets < 0:
+        parser.error("--state-buckets must be >= 0 (0 keys the state by user_id)")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
     if args.dead_letter is None:
@@ -151,7 +165,8 @@ def run_stream(spark, args) -> RunReport:
                           args.format, args.max_future_skew_ms, args.max_future_skew)
     events = valid_events(classified)
     rows = attribution_stream(events, watermark_delay_ms=args.watermark_delay_ms,
-                              config=args.config, backend=args.backend)
+                              config=args.config, backend=args.backend,
+                              tws_state=args.tws_state, state_buckets=args.state_buckets)
     writer = (rows.writeStream.format("parquet").outputMode("append")
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))

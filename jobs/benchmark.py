@@ -406,12 +406,14 @@ def read_events_arrow(events_dir: Path) -> list:
 def measure_state_encoding(dataset: Dataset, events: list) -> dict:
     """The core's state once every event is in and every goal attributed, before any GC.
 
-    This is exactly what the applyInPandasWithState backend stores (one blob per user), so it
-    gives state bytes per retained event, next to the same events' Avro encoding
+    The core's blob per user is what transformWithState (compact layout) stores, and what
+    applyInPandasWithState stores inside its bucket maps (with the user id and wake-up next to
+    it); both are measured per retained event, next to the same events' Avro encoding
     (``EVENT_SCHEMA``, schemaless).
     """
     import fastavro
 
+    from attribution.backends.group_state import encode_bucket
     from attribution.core import WATERMARK_INFINITY, UserAttribution
     from attribution.schema import EVENT_SCHEMA
 
@@ -421,25 +423,46 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
             by_user[e.user_id].append(e)
     by_id = {e.event_id: e for e in events}
     retained = blob_bytes = avro_bytes = users_with_state = 0
+    bucket_entries = {}
     buf = io.BytesIO()
+    # What the lead-owned core costs per user, one call each (perf_counter, CPU-bound).
+    cost = dict.fromkeys(("add", "fire", "to_bytes", "from_bytes"), 0.0)
+    clock = time.perf_counter
     for user_id, user_events in by_user.items():
+        t0 = clock()
         core = UserAttribution(user_id, dataset.config)
         core.add(user_events)
+        t1 = clock()
         core.fire(WATERMARK_INFINITY)  # every goal attributed; nothing collected
+        t2 = clock()
+        cost["add"] += t1 - t0
+        cost["fire"] += t2 - t1
         if core.is_empty:
             continue
         users_with_state += 1
-        blob_bytes += len(core.to_bytes())
+        t0 = clock()
+        blob = core.to_bytes()
+        t1 = clock()
+        UserAttribution.from_bytes(blob, dataset.config)
+        cost["to_bytes"] += t1 - t0
+        cost["from_bytes"] += clock() - t1
+        blob_bytes += len(blob)
+        bucket_entries[user_id] = {"wakeup": core.next_wakeup(), "state": blob}
         for event_id in [*core.visits, *(i.event_id for i in core.impressions.values())]:
             retained += 1
             buf.seek(0)
             buf.truncate()
             fastavro.schemaless_writer(buf, EVENT_SCHEMA, by_id[event_id].to_record())
             avro_bytes += buf.tell()
+    # applyInPandasWithState keeps these blobs in per-bucket maps; encoding them as one map gives
+    # the same bytes up to a few bytes of header per bucket.
+    bucket_bytes = len(encode_bucket(bucket_entries)) if bucket_entries else 0
     return {"users_with_state": users_with_state, "retained_events": retained,
-            "blob_bytes": blob_bytes, "avro_bytes": avro_bytes,
+            "blob_bytes": blob_bytes, "avro_bytes": avro_bytes, "bucket_bytes": bucket_bytes,
             "blob_bytes_per_event": blob_bytes / retained if retained else None,
-            "avro_bytes_per_event": avro_bytes / retained if retained else None}
+            "bucket_bytes_per_event": bucket_bytes / retained if retained else None,
+            "avro_bytes_per_event": avro_bytes / retained if retained else None,
+            "users": len(by_user), "core_seconds": cost}
 
 
 # -- the runs -------------------------------------------------------------------------------------
@@ -564,6 +587,56 @@ class Bench:
             check = "n/a"
         return RunResult(kind, dataset.label, repeat, dataset.records, seconds, memory,
                          state_stats(batches), report.batches, report.goals, report.attributed,
+                         check)
+
+    def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
+                 native_dedup: bool = False, **stream_options) -> RunResult:
+        """The attribution query alone (no validation, no dead-letter query), for levers:
+        ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only."""
+        from pyspark.sql import functions as F
+
+        from attribution.pipeline import attribution_stream
+        from jobs.runtime import read_event_stream
+
+        scratch = self._scratch("bare")
+        saved = {key: self.spark.conf.get(key, None) for key in (conf or {})}
+        try:
+            for key, value in (conf or {}).items():
+                self.spark.conf.set(key, value)
+
+            def query():
+                events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
+                                           self.args.max_files_per_trigger)
+                if native_dedup:
+                    delay = spark_interval(parse_duration_ms(dataset.watermark_delay))
+                    events = (events.withWatermark("ts", delay)
+                              .dropDuplicatesWithinWatermark(["event_id"]))
+                rows = attribution_stream(
+                    events, watermark_delay_ms=parse_duration_ms(dataset.watermark_delay),
+                    config=dataset.config, backend=backend, **stream_options)
+                q = (rows.writeStream.format("parquet").outputMode("append")
+                     .option("path", str(scratch / "out"))
+                     .option("checkpointLocation", str(scratch / "checkpoint"))
+                     .queryName("benchmark_bare").trigger(availableNow=True).start())
+                q.awaitTermination()
+                if q.exception() is not None:
+                    raise RuntimeError(f"attribution query failed: {q.exception()}")
+
+            _, seconds, memory, batches = self._timed(query, "benchmark_bare")
+            counts = self.spark.read.parquet(str(scratch / "out")).agg(
+                F.count(F.lit(1)).alias("goals"), F.count("impression_id").alias("attributed")
+            ).first()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, value)
+            shutil.rmtree(scratch, ignore_errors=True)
+        check = "ok" if (counts.goals, counts.attributed) == (dataset.goals, dataset.attributed) \
+            else f"FAIL: {counts.goals} / {counts.attributed}"
+        return RunResult(backend, dataset.label, 0, dataset.records, seconds, memory,
+                         state_stats(batches), len(batches), counts.goals, counts.attributed,
                          check)
 
     # (d)
@@ -766,11 +839,18 @@ def print_main(section: dict, args) -> None:
           "every Spark run's counts must match: column 'check')")
     enc = section["state_encoding"]
     if enc and enc.get("retained_events"):
-        line = (f"state per retained event: core blob {enc['blob_bytes_per_event']:.1f} B vs Avro "
-                f"event {enc['avro_bytes_per_event']:.1f} B (ratio "
-                f"{enc['blob_bytes_per_event'] / enc['avro_bytes_per_event']:.2f}) over "
-                f"{enc['retained_events']:,} retained events of {enc['users_with_state']:,} users")
+        avro = enc["avro_bytes_per_event"]
+        line = (f"state bytes per retained event: core blob {enc['blob_bytes_per_event']:.1f} B "
+                f"({enc['blob_bytes_per_event'] / avro:.2f}x), in bucket maps "
+                f"{enc['bucket_bytes_per_event']:.1f} B ({enc['bucket_bytes_per_event'] / avro:.2f}x)"
+                f", vs the event's Avro encoding {avro:.1f} B; over {enc['retained_events']:,} "
+                f"retained events of {enc['users_with_state']:,} users (before compression: the "
+                "state store's SST files above are compressed)")
         print(line)
+        cost, users = enc["core_seconds"], enc["users"]
+        print("core cost per user (all of a user's events at once): " + ", ".join(
+            f"{name} {seconds / users * 1e6:,.0f} us ({seconds:.1f}s in all)"
+            for name, seconds in cost.items()) + f", over {users:,} users")
 
 
 def scale_mode(bench: Bench, args, kinds: list[str]) -> dict:
@@ -823,14 +903,17 @@ def state_growth_mode(bench: Bench, args) -> dict:
         for gc, lookback in (("GC", None), ("no GC", GROWTH_NO_GC_LOOKBACK)):
             log(f"[state-growth] {backend}, {gc} ...")
             result = bench.run(backend, dataset, 0, lookback=lookback)
-            rows = result.state.rows_per_batch
-            verdict = plateau_verdict(rows)
+            rows, sst = result.state.rows_per_batch, result.state.bytes_per_batch
             print(f"{backend:<24} {gc:<6} {result.seconds:6.1f}s  state rows per batch "
-                  f"{_sparkline(rows)}  final {_n(result.state.final_rows)}, peak "
-                  f"{_n(result.state.peak_rows)}, SST {_bytes(result.state.sst_bytes)}: {verdict}")
+                  f"{_sparkline(rows)}: {plateau_verdict(rows)}")
+            print(f"{'':<24} {'':<6} {'':>7}  state SST per batch  "
+                  f"[{' '.join(_bytes(b) for b in _sample(sst))}]: {plateau_verdict(sst)}")
             out["runs"].append({"backend": backend, "gc": gc, "seconds": result.seconds,
-                                "rows_per_batch": rows, "sst_per_batch": result.state.bytes_per_batch,
-                                "verdict": verdict})
+                                "rows_per_batch": rows, "sst_per_batch": sst,
+                                "rows_verdict": plateau_verdict(rows),
+                                "sst_verdict": plateau_verdict(sst)})
+    print("(applyInPandasWithState keeps one state row per hash bucket of users, so its row count "
+          "is capped by the buckets; its state bytes show the growth)")
     shutil.rmtree(dataset.root, ignore_errors=True)
     return out
 
@@ -852,16 +935,75 @@ def plateau_verdict(rows: list[int]) -> str:
     return f"grows (last third {growth:.2f}x the middle third)"
 
 
+def _sample(values: list, width: int = 12) -> list:
+    """About ``width`` evenly spaced values, the last one always included."""
+    if len(values) <= width:
+        return list(values)
+    step = len(values) / (width - 1)
+    return [values[int(i * step)] for i in range(width - 1)] + [values[-1]]
+
+
 def _sparkline(values: list[int], width: int = 12) -> str:
     if not values:
         return "-"
-    step = max(1, len(values) // width)
-    picked = values[::step]
-    return "[" + " ".join(_short(v) for v in picked) + "]"
+    return "[" + " ".join(_short(v) for v in _sample(values, width)) + "]"
 
 
 def _short(v: int) -> str:
     return f"{v / 1000:.0f}k" if v >= 10_000 else str(v)
+
+
+# Each lever is the bare attribution query (file source -> stateful stage -> Parquet sink, no
+# validation and no dead-letter query) with one thing changed from the job's defaults.
+LEVERS = (
+    ("applyInPandasWithState, 64 buckets (default)", "applyInPandasWithState", {}, {}),
+    ("applyInPandasWithState, 256 buckets", "applyInPandasWithState",
+     {"state_buckets": 256}, {}),
+    ("applyInPandasWithState, one key per user", "applyInPandasWithState",
+     {"state_buckets": 0}, {}),
+    ("transformWithState, compact state (default)", "transformWithState", {}, {}),
+    ("transformWithState, declared list state", "transformWithState",
+     {"tws_state": "declared"}, {}),
+    ("64 buckets, Arrow batches of 1,000 rows", "applyInPandasWithState", {},
+     {"spark.sql.execution.arrow.maxRecordsPerBatch": "1000"}),
+    ("64 buckets, Arrow batches of 50,000 rows", "applyInPandasWithState", {},
+     {"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}),
+    ("64 buckets, 2 shuffle partitions", "applyInPandasWithState", {},
+     {"spark.sql.shuffle.partitions": "2"}),
+    ("64 buckets, 8 shuffle partitions", "applyInPandasWithState", {},
+     {"spark.sql.shuffle.partitions": "8"}),
+    ("64 buckets + dropDuplicatesWithinWatermark", "applyInPandasWithState",
+     {"native_dedup": True}, {}),
+)
+
+
+def lever_mode(bench: Bench, args) -> dict:
+    """Every lever once, interleaved with the job's own run, on one dataset."""
+    dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, args.files,
+                           args.seed, "levers")
+    reference = bench.run(CORE, dataset, 0)
+    print(f"\n== levers: {dataset.records:,} records, {dataset.files} files, one per micro-batch; "
+          "the bare attribution query unless noted; one run each ==")
+    results = []
+    job = bench.run("applyInPandasWithState", dataset, 0)
+    native = bench.run(NATIVE, dataset, 0)
+    lines = [("the job (validation + dead-letter query + 64 buckets)", job)]
+    for label, backend, options, conf in LEVERS:
+        log(f"[levers] {label} ...")
+        lines.append((label, bench.run_bare(dataset, backend, conf=conf, **options)))
+    lines.append(("(a) native window count", native))
+    width = max(len(label) for label, _ in lines)
+    print(f"{'run':<{width}}  {'seconds':>7}  {'CPU s':>6}  {'events/s':>9}  {'x native':>8}  "
+          f"{'x native CPU':>12}  check")
+    for label, r in lines:
+        ratio = r.events_per_s / native.events_per_s
+        cpu_ratio = (native.memory.cpu_seconds / r.memory.cpu_seconds
+                     if r.memory.cpu_seconds > 0 else float("nan"))
+        print(f"{label:<{width}}  {r.seconds:7.1f}  {r.memory.cpu_seconds:6.1f}  "
+              f"{r.events_per_s:9,.0f}  {ratio:8.2f}  {cpu_ratio:12.2f}  {r.check}")
+        results.append({"lever": label, **_run_dict(r), "ratio": ratio, "cpu_ratio": cpu_ratio})
+    shutil.rmtree(dataset.root, ignore_errors=True)
+    return {"records": dataset.records, "core_goals": reference.goals, "runs": results}
 
 
 def join_mode(bench: Bench, args) -> dict:
@@ -944,8 +1086,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also run the click-through join once per cleanup strategy")
     parser.add_argument("--join-events", type=int, default=None, metavar="N",
                         help="records of the join dataset (default: --events)")
+    parser.add_argument("--levers", action="store_true",
+                        help="also run each optimisation lever once (the bare attribution query "
+                             "with one setting changed) against the job and the native count")
+    parser.add_argument("--lever-events", type=int, default=200_000, metavar="N",
+                        help="records of the levers dataset (default: %(default)s)")
     parser.add_argument("--only-modes", action="store_true",
-                        help="skip the main table; run only --state-growth and/or --join")
+                        help="skip the main table; run only --state-growth, --join and/or "
+                             "--levers")
     parser.add_argument("--no-state-encoding", dest="state_encoding", action="store_false",
                         help="skip measuring state bytes per retained event with the core")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default: %(default)s)")
@@ -978,7 +1126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if any(b not in STREAM_BACKENDS for b in args.growth_backends):
         parser.error(f"--growth-backends: choose from {', '.join(STREAM_BACKENDS)}")
     for name in ("events", "repeats", "files", "max_files_per_trigger", "growth_events",
-                 "growth_files"):
+                 "growth_files", "lever_events"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.join_events is None:
@@ -987,8 +1135,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.conf = dict(c.split("=", 1) for c in args.conf)
     except ValueError:
         parser.error("--conf takes KEY=VALUE")
-    if args.only_modes and not (args.state_growth or args.join):
-        parser.error("--only-modes needs --state-growth and/or --join")
+    if args.only_modes and not (args.state_growth or args.join or args.levers):
+        parser.error("--only-modes needs --state-growth, --join and/or --levers")
     return args
 
 
@@ -1021,6 +1169,8 @@ def run(spark, args) -> dict:
                 results["state_growth"] = state_growth_mode(bench, args)
             if args.join:
                 results["join"] = join_mode(bench, args)
+            if args.levers:
+                results["levers"] = lever_mode(bench, args)
     finally:
         bench.close()
         if not args.work_dir:

@@ -36,9 +36,19 @@ def run_job(spark, tmp_path: Path, events: Path, *options: str):
     return report, sorted(read_attributions(tmp_path / "out"), key=sort_key)
 
 
-@pytest.mark.parametrize("mode", [*STREAM_BACKENDS, "batch"])
+# Each stream backend with its default state layout, then the other layout.
+LAYOUTS = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
+           "applyInPandasWithState-per-user": ["--backend", "applyInPandasWithState",
+                                               "--state-buckets", "0"],
+           "transformWithState": ["--backend", "transformWithState"],
+           "transformWithState-declared": ["--backend", "transformWithState",
+                                           "--tws-state", "declared"],
+           "batch": ["--mode", "batch"]}
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
 def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, mode):
-    options = ["--mode", "batch"] if mode == "batch" else ["--backend", mode]
+    options = LAYOUTS[mode]
     report, rows = run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "1",
                            "--watermark-delay", "3 minutes", *options)
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
@@ -93,7 +103,7 @@ def _ev(event_id, user, minute, **fields):
     return Event(event_id, user, kind, ts, **fields)
 
 
-@pytest.mark.parametrize("backend", STREAM_BACKENDS)
+@pytest.mark.parametrize("backend", [*STREAM_BACKENDS, "applyInPandasWithState-per-user"])
 def test_state_shrinks_once_the_watermark_passes_ts_plus_lookback(spark, tmp_path, backend):
     files = [
         [_ev("a-imp", "alice", 0, impression_id=1, source_url="s", target_url="t"),
@@ -112,7 +122,7 @@ def test_state_shrinks_once_the_watermark_passes_ts_plus_lookback(spark, tmp_pat
         paths.append(src / f"part-{n:05d}.json")
         write_events(events, paths[-1], "json")
     events_dir = stage_in_arrival_order(paths, tmp_path / "events")
-    report, rows = run_job(spark, tmp_path, events_dir, "--backend", backend,
+    report, rows = run_job(spark, tmp_path, events_dir, *LAYOUTS[backend],
                            "--max-files-per-trigger", "1", "--watermark-delay", "1 minute",
                            "--lookback", "10 minutes", "--dedup-window", "5 minutes")
     assert [(r.goal_event_id, r.impression_id) for r in rows] == [("a-goal", 1)]
@@ -120,7 +130,7 @@ def test_state_shrinks_once_the_watermark_passes_ts_plus_lookback(spark, tmp_pat
     after_first = state_rows[0]
     assert after_first > 0
     assert state_rows[-1] < after_first
-    if backend == "applyInPandasWithState":  # one row per user: alice+bob, then carol only
+    if backend == "applyInPandasWithState-per-user":  # a row per user: alice+bob, then carol
         assert after_first == 2 and state_rows[-1] == 1
 
 
@@ -129,7 +139,7 @@ def test_help_explains_every_option():
                          capture_output=True, text=True, check=True).stdout
     for option in ("--events", "--format", "--output", "--checkpoint", "--mode", "--backend",
                    "--trigger", "--max-files-per-trigger", "--watermark-delay", "--lookback",
-                   "--dedup-window"):
+                   "--dedup-window", "--state-buckets", "--tws-state"):
         assert option in out
     assert "10 minutes" in out and "90 days" in out and "1 day" in out
 
