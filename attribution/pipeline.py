@@ -21,7 +21,7 @@ from .backends.group_state import (BUCKET_COLUMN, STATE_DDL, make_batch_function
                                    make_bucket_state_function, make_group_state_function)
 
 BACKENDS = ("applyInPandasWithState", "transformWithState")
-# The faster of the two on jobs/benchmark.py (docs/performance.md): applyInPandasWithState keyed
+# The faster of the two on jobs/benchmark.py (README, Performance): applyInPandasWithState keyed
 # by hash buckets of users, so its per-key pandas cost is paid per bucket, not per user.
 DEFAULT_BACKEND = "applyInPandasWithState"
 # applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small

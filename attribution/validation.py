@@ -11,8 +11,8 @@ verbatim, and parsed with ``try_parse_json`` into a VARIANT. The variant keeps t
 every field, which lets the rules reject wrong types the way ``attribution.events`` does (Spark's
 JSON reader would silently turn ``"url": 5`` into the string ``"5"`` and ``"ts": 5`` into five
 *seconds*). Parquet input is already typed by its writer: its rows get the same semantic rules;
-a file whose column types contradict the event schema cannot be read at all (see ``docs/
-guarantees.md``).
+a file whose column types contradict the event schema cannot be read at all (see the README's
+Guarantees section).
 
 Everything here must run *before* ``withWatermark``: only valid rows may move the watermark. In
 particular an event far in the future (``--max-future-skew``) would otherwise drag the watermark

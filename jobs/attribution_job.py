@@ -157,13 +157,50 @@ class AttributionProgress(BatchProgress):
         return report
 
 
+class CheckpointMismatch(ValueError):
+    """The options that shape the state differ from those the checkpoint was started with."""
+
+
+LAYOUT_FILE = "attribution-state-layout.json"
+
+
+def pin_state_layout(args) -> None:
+    """Record the state layout in the checkpoint on its first run; refuse a different one later.
+
+    Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
+    hashes to another key than under 64, and its state would silently be lost. (Remote
+    checkpoints, e.g. ``hdfs://``, are not checked.)
+    """
+    if "://" in args.checkpoint:
+        return
+    layout = {"backend": args.backend}
+    if args.backend == "applyInPandasWithState":
+        layout["state_buckets"] = args.state_buckets
+    else:
+        layout["tws_state"] = args.tws_state
+    path = Path(args.checkpoint) / LAYOUT_FILE
+    if path.exists():
+        pinned = json.loads(path.read_text())
+        if pinned != layout:
+            given = ", ".join(f"{k}={v}" for k, v in layout.items())
+            started = ", ".join(f"{k}={v}" for k, v in pinned.items())
+            raise CheckpointMismatch(
+                f"checkpoint {args.checkpoint} was started with {started}; this run asks for "
+                f"{given}. Use the original options, or a new --checkpoint (and --output).")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(layout) + "\n")
+
+
 def run_stream(spark, args) -> RunReport:
     """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
+    pin_state_layout(args)
     # Validation splits the input before withWatermark: invalid rows never move event time.
-    classified = classify(read_raw_stream(spark, args.events, args.format,
-                                          args.max_files_per_trigger),
-                          args.format, args.max_future_skew_ms, args.max_future_skew)
-    events = valid_events(classified)
+    def classified_input(max_files_per_trigger):
+        return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),
+                        args.format, args.max_future_skew_ms, args.max_future_skew)
+
+    events = valid_events(classified_input(args.max_files_per_trigger))
     rows = attribution_stream(events, watermark_delay_ms=args.watermark_delay_ms,
                               config=args.config, backend=args.backend,
                               tws_state=args.tws_state, state_buckets=args.state_buckets)
@@ -173,8 +210,11 @@ def run_stream(spark, args) -> RunReport:
     query = apply_trigger(writer, args.trigger).start()
     # The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
     # resumes both.
+    # It has no watermark to step, so it takes whatever files are new in one micro-batch:
+    # --max-files-per-trigger would only multiply its per-batch cost.
     dead_letter_query = start_dead_letter_stream(
-        classified, args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter", args.trigger)
+        classified_input(None), args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter",
+        args.trigger)
     progress = AttributionProgress(OUTPUT_METRICS, quiet=args.quiet)
     try:
         while not query.awaitTermination(1):
@@ -239,6 +279,9 @@ def main(argv=None) -> int:
             p for p in (str(packages), environment.get("PYTHONPATH")) if p)
     try:
         report = run(spark, args)
+    except CheckpointMismatch as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except Exception as err:  # only a file Spark cannot decode is a user error; others propagate
         explanation = unreadable_input(err)
         if explanation is None:

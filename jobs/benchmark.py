@@ -590,7 +590,7 @@ class Bench:
                          check)
 
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
-                 native_dedup: bool = False, **stream_options) -> RunResult:
+                 **stream_options) -> RunResult:
         """The attribution query alone (no validation, no dead-letter query), for levers:
         ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only."""
         from pyspark.sql import functions as F
@@ -607,10 +607,6 @@ class Bench:
             def query():
                 events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
                                            self.args.max_files_per_trigger)
-                if native_dedup:
-                    delay = spark_interval(parse_duration_ms(dataset.watermark_delay))
-                    events = (events.withWatermark("ts", delay)
-                              .dropDuplicatesWithinWatermark(["event_id"]))
                 rows = attribution_stream(
                     events, watermark_delay_ms=parse_duration_ms(dataset.watermark_delay),
                     config=dataset.config, backend=backend, **stream_options)
@@ -808,6 +804,21 @@ def run_size(bench: Bench, dataset: Dataset, kinds: list[str], repeats: int) -> 
     return results
 
 
+WARMUP_EVENTS = 5_000
+
+
+def warm_up(bench: Bench, args) -> None:
+    """Run every Spark kind once, untimed, on a small dataset: the first query of a JVM pays for
+    class loading and JIT compilation, which would otherwise be charged to whichever kind the
+    interleaving happens to put first."""
+    dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
+                           args.seed + 1, "warm-up")
+    for kind in (NATIVE, *STREAM_BACKENDS, BATCH):
+        log(f"[warm-up] {RUN_LABELS[kind]} ...")
+        bench.run(kind, dataset, 0)
+    shutil.rmtree(dataset.root, ignore_errors=True)
+
+
 def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) -> dict:
     dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label)
     results = run_size(bench, dataset, kinds, args.repeats)
@@ -972,8 +983,6 @@ LEVERS = (
      {"spark.sql.shuffle.partitions": "2"}),
     ("64 buckets, 8 shuffle partitions", "applyInPandasWithState", {},
      {"spark.sql.shuffle.partitions": "8"}),
-    ("64 buckets + dropDuplicatesWithinWatermark", "applyInPandasWithState",
-     {"native_dedup": True}, {}),
 )
 
 
@@ -984,24 +993,30 @@ def lever_mode(bench: Bench, args) -> dict:
     reference = bench.run(CORE, dataset, 0)
     print(f"\n== levers: {dataset.records:,} records, {dataset.files} files, one per micro-batch; "
           "the bare attribution query unless noted; one run each ==")
-    results = []
     job = bench.run("applyInPandasWithState", dataset, 0)
     native = bench.run(NATIVE, dataset, 0)
-    lines = [("the job (validation + dead-letter query + 64 buckets)", job)]
-    for label, backend, options, conf in LEVERS:
-        log(f"[levers] {label} ...")
-        lines.append((label, bench.run_bare(dataset, backend, conf=conf, **options)))
-    lines.append(("(a) native window count", native))
-    width = max(len(label) for label, _ in lines)
+    width = max(len(label) for label, *_ in LEVERS) + 8
     print(f"{'run':<{width}}  {'seconds':>7}  {'CPU s':>6}  {'events/s':>9}  {'x native':>8}  "
-          f"{'x native CPU':>12}  check")
-    for label, r in lines:
+          f"{'x native CPU':>12}  check", flush=True)
+    results = []
+
+    def report(label: str, r: RunResult) -> None:
         ratio = r.events_per_s / native.events_per_s
         cpu_ratio = (native.memory.cpu_seconds / r.memory.cpu_seconds
                      if r.memory.cpu_seconds > 0 else float("nan"))
         print(f"{label:<{width}}  {r.seconds:7.1f}  {r.memory.cpu_seconds:6.1f}  "
-              f"{r.events_per_s:9,.0f}  {ratio:8.2f}  {cpu_ratio:12.2f}  {r.check}")
+              f"{r.events_per_s:9,.0f}  {ratio:8.2f}  {cpu_ratio:12.2f}  {r.check}", flush=True)
         results.append({"lever": label, **_run_dict(r), "ratio": ratio, "cpu_ratio": cpu_ratio})
+
+    report("(a) native window count", native)
+    report("the job (validation + dead-letter query + defaults)", job)
+    for label, backend, options, conf in LEVERS:
+        log(f"[levers] {label} ...")
+        try:
+            report(label, bench.run_bare(dataset, backend, conf=conf, **options))
+        except Exception as err:  # one broken lever must not lose the others' numbers
+            print(f"{label:<{width}}  failed: {str(err).splitlines()[0][:200]}", flush=True)
+            results.append({"lever": label, "failed": str(err)})
     shutil.rmtree(dataset.root, ignore_errors=True)
     return {"records": dataset.records, "core_goals": reference.goals, "runs": results}
 
@@ -1094,6 +1109,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--only-modes", action="store_true",
                         help="skip the main table; run only --state-growth, --join and/or "
                              "--levers")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false",
+                        help=f"skip the untimed warm-up run of every Spark kind on "
+                             f"{WARMUP_EVENTS:,} events (at most --events) before the measured "
+                             "runs")
     parser.add_argument("--no-state-encoding", dest="state_encoding", action="store_false",
                         help="skip measuring state bytes per retained event with the core")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default: %(default)s)")
@@ -1158,6 +1177,8 @@ def run(spark, args) -> dict:
                      "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     try:
         with bench.sampler:
+            if args.warmup:
+                warm_up(bench, args)
             if not args.only_modes:
                 if args.scale:
                     results["scale"] = scale_mode(bench, args, args.kinds)

@@ -55,9 +55,10 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     spark.sparkContext.setLogLevel("ERROR")
     if shuffle_partitions is None and not spark.sparkContext.getConf().contains(
             "spark.sql.shuffle.partitions"):
-        # Spark's default of 200 means 200 state stores per micro-batch; size it to the cores.
+        # Spark's default of 200 means 200 state stores per micro-batch; one per core keeps every
+        # core busy with the fewest (jobs/benchmark.py --levers: 1x the cores beat 2x and 4x).
         spark.conf.set("spark.sql.shuffle.partitions",
-                       str(max(2, 2 * spark.sparkContext.defaultParallelism)))
+                       str(max(1, spark.sparkContext.defaultParallelism)))
     return spark
 
 
@@ -147,6 +148,6 @@ def add_stream_options(parser: argparse.ArgumentParser, *, default_output: str,
                              "spark-submit's --master wins)")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
                         help="spark.sql.shuffle.partitions, fixed in the checkpoint at the first "
-                             "run (default: 2x the cores Spark reports, unless set by "
+                             "run (default: the cores Spark reports, unless set by "
                              "spark-submit --conf)")
 

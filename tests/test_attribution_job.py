@@ -172,3 +172,15 @@ def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     rows = read_attributions(tmp_path / "out")
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert json.loads((tmp_path / "report.json").read_text())["goals"] == 2
+
+
+def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stream_dir):
+    """A changed bucket count would silently re-home users' state; the job refuses it."""
+    from jobs.attribution_job import CheckpointMismatch
+
+    run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "7")
+    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"]):
+        with pytest.raises(CheckpointMismatch, match="was started with backend=applyInPandas"):
+            run_job(spark, tmp_path, ch7_stream_dir, *other)
+    report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS

@@ -54,7 +54,7 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
 def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, capsys):
     # transformWithState keeps one state row per user, so its rows count users in state
     # (applyInPandasWithState's rows are hash buckets, capped at the bucket count).
-    args = parse_args(["--only-modes", "--state-growth", "--growth-events", "4000",
+    args = parse_args(["--only-modes", "--no-warmup", "--state-growth", "--growth-events", "4000",
                        "--growth-files", "10", "--growth-backends", "transformWithState",
                        "--work-dir", str(tmp_path / "work")])
     runs = {r["gc"]: r for r in benchmark.run(spark, args)["state_growth"]["runs"]}
@@ -69,7 +69,7 @@ def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, c
 
 @pytest.mark.slow
 def test_join_mode_runs_every_strategy_or_says_why_not(spark, tmp_path, capsys):
-    args = parse_args(["--only-modes", "--join", "--join-events", "2000", "--files", "3",
+    args = parse_args(["--only-modes", "--no-warmup", "--join", "--join-events", "2000", "--files", "3",
                        "--work-dir", str(tmp_path / "work")])
     join = benchmark.run(spark, args)["join"]
     if "skipped" in join:
