@@ -600,8 +600,11 @@ class Bench:
 
         scratch = self._scratch("bare")
         saved = {key: self.spark.conf.get(key, None) for key in (conf or {})}
+        cores = self.spark.sparkContext.defaultParallelism
         try:
             for key, value in (conf or {}).items():
+                if value.endswith("x"):  # a multiple of the cores, e.g. "2x"
+                    value = str(int(value[:-1]) * cores)
                 self.spark.conf.set(key, value)
 
             def query():
@@ -979,10 +982,10 @@ LEVERS = (
      {"spark.sql.execution.arrow.maxRecordsPerBatch": "1000"}),
     ("64 buckets, Arrow batches of 50,000 rows", "applyInPandasWithState", {},
      {"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}),
-    ("64 buckets, 2 shuffle partitions", "applyInPandasWithState", {},
-     {"spark.sql.shuffle.partitions": "2"}),
-    ("64 buckets, 8 shuffle partitions", "applyInPandasWithState", {},
-     {"spark.sql.shuffle.partitions": "8"}),
+    ("64 buckets, 2x the cores as shuffle partitions", "applyInPandasWithState", {},
+     {"spark.sql.shuffle.partitions": "2x"}),
+    ("64 buckets, 4x the cores as shuffle partitions", "applyInPandasWithState", {},
+     {"spark.sql.shuffle.partitions": "4x"}),
 )
 
 
