@@ -81,6 +81,9 @@ class UserAttribution:
         self.impressions: dict[tuple[str, str, int], Impression] = {}
         self.pending_goals: dict[str, Visit] = {}
         self._impression_event_ids: set[str] = set()
+        # Event ids of click-spam members that lost to their logical impression's canonical one,
+        # with that impression's dedup bucket: a later record reusing such an id is a copy too.
+        self.superseded: dict[str, int] = {}
         # The highest watermark this user has been advanced to; events at or below it are late.
         self.watermark: Optional[int] = None
 
@@ -103,7 +106,8 @@ class UserAttribution:
             if limit is not None and e.ts <= limit:
                 late += 1
                 continue
-            if e.event_id in self.visits or e.event_id in impression_ids:
+            if (e.event_id in self.visits or e.event_id in impression_ids
+                    or e.event_id in self.superseded):
                 duplicates += 1
                 continue
             if e.event_type == "visit":
@@ -125,10 +129,12 @@ class UserAttribution:
         old = self.impressions.get(group)
         if old is not None:
             if old.rank <= new.rank:
-                return False  # a click-spam copy of an earlier click
+                self.superseded[new.event_id] = group[2]  # a click-spam copy of an earlier click
+                return False
             # Only reachable with late data: a consumed logical impression stays consumed.
             new.consumed = old.consumed
             impression_ids.discard(old.event_id)
+            self.superseded[old.event_id] = group[2]
         self.impressions[group] = new
         impression_ids.add(e.event_id)
         return True
@@ -175,6 +181,10 @@ class UserAttribution:
         stale_impressions = [g for g in self.impressions if (g[2] + 1) * window <= horizon]
         for g in stale_impressions:
             self._impression_event_ids.discard(self.impressions.pop(g).event_id)
+        if stale_impressions and self.superseded:
+            # A superseded id lives exactly as long as its logical impression's bucket.
+            self.superseded = {k: b for k, b in self.superseded.items()
+                               if (b + 1) * window > horizon}
         return len(stale_visits) + len(stale_impressions)
 
     def expires_at(self) -> Optional[int]:
@@ -239,6 +249,7 @@ class UserAttribution:
                              "source_url": i.source_url, "target_url": i.target_url,
                              "consumed": i.consumed}
                             for i in self.impressions.values()],
+            "superseded": [{"event_id": k, "bucket": b} for k, b in self.superseded.items()],
         })
         return buf.getvalue()
 
@@ -251,25 +262,31 @@ class UserAttribution:
         if version not in _READERS:
             raise ValueError(f"attribution state version {version} is newer than this code "
                              f"understands (max {STATE_VERSION})")
-        record = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _READERS[version], None)
+        record = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _READERS[version],
+                                            _STATE_SCHEMA)
         visits = (Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
                   for r in record["visits"])
         impressions = (Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
                                   r["target_url"], r["consumed"])
                        for r in record["impressions"])
-        return cls.restore(record["user_id"], visits, impressions, record["watermark"], config)
+        superseded = {r["event_id"]: r["bucket"] for r in record["superseded"]}
+        return cls.restore(record["user_id"], visits, impressions, record["watermark"], config,
+                           superseded)
 
     @classmethod
     def restore(cls, user_id: str, visits: Iterable[Visit], impressions: Iterable[Impression],
                 watermark: Optional[int] = None,
-                config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
+                config: AttributionConfig = AttributionConfig(),
+                superseded: Optional[dict[str, int]] = None) -> "UserAttribution":
         """Rebuild a state from its parts, as a backend that stores them separately holds them.
 
         Impressions may include superseded members of a logical impression; only the canonical
-        one is kept, and a consumed mark on any member stays with the logical impression.
+        one is kept, a consumed mark on any member stays with the logical impression, and the
+        other members' ids join ``superseded`` (event id -> dedup bucket).
         """
         state = cls(user_id, config)
         state.watermark = watermark
+        state.superseded.update(superseded or {})
         for v in visits:
             state.visits[v.event_id] = v
             if v.pending:
@@ -282,17 +299,19 @@ class UserAttribution:
                 if old is not None:
                     i.consumed = i.consumed or old.consumed
                     state._impression_event_ids.discard(old.event_id)
+                    state.superseded[old.event_id] = group[2]
                 state.impressions[group] = i
                 state._impression_event_ids.add(i.event_id)
-            elif i.consumed:
-                old.consumed = True
+            else:
+                old.consumed = old.consumed or i.consumed
+                state.superseded[i.event_id] = group[2]
         return state
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
-_STATE_SCHEMA = fastavro.parse_schema({
-    "type": "record", "name": "UserAttributionStateV1", "namespace": "streamjoin.attribution",
+_STATE_SCHEMA_V1 = {
+    "type": "record", "name": "UserAttributionState", "namespace": "streamjoin.attribution",
     "fields": [
         {"name": "user_id", "type": "string"},
         {"name": "watermark", "type": ["null", "long"]},
@@ -315,7 +334,18 @@ _STATE_SCHEMA = fastavro.parse_schema({
                 {"name": "consumed", "type": "boolean"},
             ]}}},
     ],
-})
+}
+# Version 2 remembers the ids of superseded click-spam members (rule 1); a version-1 blob reads
+# as having none.
+_STATE_SCHEMA = fastavro.parse_schema({**_STATE_SCHEMA_V1, "fields": [
+    *_STATE_SCHEMA_V1["fields"],
+    {"name": "superseded", "default": [], "type": {"type": "array", "items": {
+        "type": "record", "name": "StateSupersededId", "fields": [
+            {"name": "event_id", "type": "string"},
+            {"name": "bucket", "type": "long"},   # the logical impression's dedup bucket
+        ]}}},
+]})
 
-# Readers by version; a later version adds its schema here and keeps the old ones readable.
-_READERS = {1: _STATE_SCHEMA}
+# Writer schemas by version; a later version adds its schema here and keeps the old ones
+# readable (fastavro resolves them to the current schema).
+_READERS = {1: fastavro.parse_schema(_STATE_SCHEMA_V1), 2: _STATE_SCHEMA}

@@ -8,7 +8,9 @@ timestamps).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -74,7 +76,9 @@ def ship_packages(spark) -> Optional[Path]:
     tree, e.g. when they were pip-installed on every node."""
     if not all((ROOT / pkg / "__init__.py").exists() for pkg in PACKAGES):
         return None
-    target = Path(tempfile.mkdtemp(prefix="streamjoin-pyfiles-")) / "streamjoin.zip"
+    scratch = Path(tempfile.mkdtemp(prefix="streamjoin-pyfiles-"))
+    atexit.register(shutil.rmtree, scratch, True)  # the zip must outlive the session, no more
+    target = scratch / "streamjoin.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for pkg in PACKAGES:
             for f in sorted((ROOT / pkg).rglob("*.py")):

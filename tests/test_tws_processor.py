@@ -101,3 +101,22 @@ def test_timer_garbage_collects_an_idle_user(ch7_dir):
     tester.setWatermark(_ms("12:13:00") + 1)
     assert tester.peekListState("visits", "UserX") == []
     assert tester.peekValueState("wakeup", "UserX") is None
+
+
+def test_a_superseded_click_id_is_remembered_across_calls():
+    """Rule 1 across micro-batches: the click-spam copy "b" is dropped, its id is kept in the
+    ``superseded`` list, and a later visit reusing that id is dropped as well."""
+    from attribution.events import Event
+
+    search = "http://search.example/"
+    clicks = [Event(eid, "u", "impression", ts, impression_id=n, source_url=search,
+                    target_url="/t") for eid, ts, n in (("a", 5_000, 1), ("b", 6_000, 2))]
+    reuse = [Event("b", "u", "visit", 7_000, url="/t", referer=search),
+             Event("g", "u", "visit", 8_000, url="/x", referer="/t", is_goal=True)]
+    tester = _tester()
+    assert tester.test("u", [_row(e) for e in clicks]) == []
+    assert tester.peekListState("superseded", "u") == [("b", 0)]
+    assert tester.test("u", [_row(e) for e in reuse]) == []
+    assert [v[0] for v in tester.peekListState("visits", "u")] == ["g"]
+    rows = tester.setWatermark(9_000)
+    assert [(r.goal_event_id, r.impression_id) for r in rows] == [("g", None)]

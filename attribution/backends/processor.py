@@ -15,6 +15,8 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
   * ``impressions``: list state, one entry per canonical impression;
   * ``spent``: list state of event ids whose one-shot fact has happened: a goal that was
     attributed, or an impression that was consumed;
+  * ``superseded``: list state of the event ids of click-spam members that lost to their
+    logical impression's canonical one, with its dedup bucket (rule 1 drops later reuses);
   * ``wakeup``: value state holding the min pending goal (the min-goal timer) and the registered
     timer, so the timer can be replaced without listing timers.
 
@@ -45,19 +47,22 @@ VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boo
 IMPRESSION_STATE = ("event_id string, impression_id long, ts long, source_url string, "
                     "target_url string")
 SPENT_STATE = "event_id string"
+SUPERSEDED_STATE = "event_id string, bucket long"
 WAKEUP_STATE = "min_goal long, timer long"
 
 
 class _Loaded:
     """What was in state before this call, to write back only the difference."""
 
-    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent")
+    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent", "superseded")
 
-    def __init__(self, visit_ids: set, impression_ids: set, impression_entries: int, spent: set):
+    def __init__(self, visit_ids: set, impression_ids: set, impression_entries: int, spent: set,
+                 superseded: set):
         self.visit_ids = visit_ids
         self.impression_ids = impression_ids
         self.impression_entries = impression_entries
         self.spent = spent
+        self.superseded = superseded
 
 
 class AttributionProcessor(StatefulProcessor):
@@ -71,6 +76,7 @@ class AttributionProcessor(StatefulProcessor):
         self.visits = handle.getListState("visits", VISIT_STATE)
         self.impressions = handle.getListState("impressions", IMPRESSION_STATE)
         self.spent = handle.getListState("spent", SPENT_STATE)
+        self.superseded = handle.getListState("superseded", SUPERSEDED_STATE)
         self.wakeup = handle.getValueState("wakeup", WAKEUP_STATE)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
@@ -99,9 +105,11 @@ class AttributionProcessor(StatefulProcessor):
                   for r in self.visits.get()]
         impressions = [Impression(r[0], r[1], r[2], r[3], r[4], r[0] in spent)
                        for r in self.impressions.get()]
+        superseded = {r[0]: r[1] for r in self.superseded.get()}
         loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
-                         len(impressions), spent)
-        core = UserAttribution.restore(user_id, visits, impressions, config=self.config)
+                         len(impressions), spent, set(superseded))
+        core = UserAttribution.restore(user_id, visits, impressions, config=self.config,
+                                       superseded=superseded)
         return core, loaded
 
     def _advance(self, core: UserAttribution, loaded: _Loaded, watermark: int) -> Iterator:
@@ -118,19 +126,22 @@ class AttributionProcessor(StatefulProcessor):
         spent.update(i.event_id for i in core.impressions.values() if i.consumed)
         shrunk = (not loaded.visit_ids <= core.visits.keys()
                   or len(core.impressions) < loaded.impression_entries
-                  or not loaded.impression_ids <= {i.event_id for i in core.impressions.values()})
+                  or not loaded.impression_ids <= {i.event_id for i in core.impressions.values()}
+                  or not loaded.superseded <= core.superseded.keys())
         if shrunk:  # GC dropped entries (or a superseded impression): rewrite, one put per list
             self.visits.put([_visit_entry(v) for v in core.visits.values()])
             self._put_or_clear(self.impressions, [_impression_entry(i)
                                                   for i in core.impressions.values()])
             self._put_or_clear(self.spent, [(s,) for s in spent])
+            self._put_or_clear(self.superseded, list(core.superseded.items()))
             return
         new_visits = [_visit_entry(v) for k, v in core.visits.items() if k not in loaded.visit_ids]
         new_impressions = [_impression_entry(i) for i in core.impressions.values()
                            if i.event_id not in loaded.impression_ids]
         new_spent = [(s,) for s in spent - loaded.spent]
+        new_superseded = [(k, b) for k, b in core.superseded.items() if k not in loaded.superseded]
         for state, entries in ((self.visits, new_visits), (self.impressions, new_impressions),
-                               (self.spent, new_spent)):
+                               (self.spent, new_spent), (self.superseded, new_superseded)):
             if entries:
                 state.appendList(entries)
 
@@ -155,7 +166,7 @@ class AttributionProcessor(StatefulProcessor):
         old = self.wakeup.get()
         if old is not None:
             self.handle.deleteTimer(old[1])
-        for state in (self.visits, self.impressions, self.spent, self.wakeup):
+        for state in (self.visits, self.impressions, self.spent, self.superseded, self.wakeup):
             state.clear()
 
 
