@@ -487,6 +487,17 @@ class RunResult:
         return self.records / self.seconds if self.seconds > 0 else float("nan")
 
 
+def _write_available_now(rows, scratch: Path, name: str, what: str) -> None:
+    """Stream ``rows`` to Parquet under ``scratch`` with ``availableNow``; raise if it failed."""
+    q = (rows.writeStream.format("parquet").outputMode("append")
+         .option("path", str(scratch / "out"))
+         .option("checkpointLocation", str(scratch / "checkpoint"))
+         .queryName(name).trigger(availableNow=True).start())
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"{what} failed: {q.exception()}")
+
+
 class Bench:
     """Runs the benchmark's queries in one Spark session, with memory and progress recorded."""
 
@@ -545,13 +556,7 @@ class Bench:
                 "ts", spark_interval(parse_duration_ms(dataset.watermark_delay)))
             counts = (drop_heartbeats(watermarked)
                       .groupBy("user_id", F.window("ts", NATIVE_WINDOW)).count())
-            q = (counts.writeStream.format("parquet").outputMode("append")
-                 .option("path", str(scratch / "out"))
-                 .option("checkpointLocation", str(scratch / "checkpoint"))
-                 .queryName("benchmark_native").trigger(availableNow=True).start())
-            q.awaitTermination()
-            if q.exception() is not None:
-                raise RuntimeError(f"native aggregation failed: {q.exception()}")
+            _write_available_now(counts, scratch, "benchmark_native", "native aggregation")
 
         _, seconds, memory, batches = self._timed(query, "benchmark_native")
         counted = self.spark.read.parquet(str(scratch / "out")).agg(F.sum("count")).first()[0]
@@ -613,13 +618,7 @@ class Bench:
                 rows = attribution_stream(
                     events, watermark_delay_ms=parse_duration_ms(dataset.watermark_delay),
                     config=dataset.config, backend=backend, **stream_options)
-                q = (rows.writeStream.format("parquet").outputMode("append")
-                     .option("path", str(scratch / "out"))
-                     .option("checkpointLocation", str(scratch / "checkpoint"))
-                     .queryName("benchmark_bare").trigger(availableNow=True).start())
-                q.awaitTermination()
-                if q.exception() is not None:
-                    raise RuntimeError(f"attribution query failed: {q.exception()}")
+                _write_available_now(rows, scratch, "benchmark_bare", "attribution query")
 
             _, seconds, memory, batches = self._timed(query, "benchmark_bare")
             counts = self.spark.read.parquet(str(scratch / "out")).agg(
@@ -816,7 +815,9 @@ def warm_up(bench: Bench, args) -> None:
     interleaving happens to put first."""
     dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
                            args.seed + 1, "warm-up")
-    for kind in (NATIVE, *STREAM_BACKENDS, BATCH):
+    # The main table warms what it runs; the other modes run the native count and both backends.
+    kinds = [k for k in (NATIVE, *STREAM_BACKENDS, BATCH) if args.only_modes or k in args.kinds]
+    for kind in kinds:
         log(f"[warm-up] {RUN_LABELS[kind]} ...")
         bench.run(kind, dataset, 0)
     shutil.rmtree(dataset.root, ignore_errors=True)
