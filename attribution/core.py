@@ -197,6 +197,12 @@ class UserAttribution:
         ends.extend((g[2] + 1) * window + self.config.lookback_ms for g in self.impressions)
         return max(ends) if ends else None
 
+    @staticmethod
+    def earliest_expiry(max_ts: int, config: AttributionConfig) -> int:
+        """A lower bound of ``expires_at`` for any state holding an event at ``max_ts``: a backend
+        can schedule a wake-up for events it has not decoded yet, knowing only their times."""
+        return max_ts + config.lookback_ms + 1
+
     def next_wakeup(self) -> Optional[int]:
         """When this user next needs the engine: its next goal, else the time its state expires."""
         goal = self.next_timer()

@@ -187,8 +187,8 @@ def _json_view(raw: DataFrame) -> DataFrame:
 def _parquet_view(raw: DataFrame) -> DataFrame:
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int",
              "timestamp": "timestamp"}
-    columns = [F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"), F.col("source_file"),
-               F.lit("dict").alias("k_record")]
+    # raw_record is left to ``classify``, which renders it for the invalid rows only.
+    columns = [F.col("source_file"), F.lit("dict").alias("k_record")]
     for name, (kind, _nullable) in field_kinds(EVENT_SCHEMA).items():
         columns.append(F.when(F.col(name).isNotNull(), F.lit(kinds[kind])).alias(f"k_{name}"))
     columns += [F.col(n) for n in EVENT_FIELDS]
@@ -325,11 +325,17 @@ def _event_columns() -> list[Column]:
 def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
              skew_text: Optional[str] = None) -> DataFrame:
     """Every raw record with its ``reason`` (null when valid), the event columns, the raw text
-    and the source file. ``raw`` comes from ``read_raw_stream`` or ``read_raw_batch``."""
+    (for Parquet, the row as JSON, on invalid rows only) and the source file. ``raw`` comes from
+    ``read_raw_stream`` or ``read_raw_batch``."""
     view = _json_view(raw) if fmt == "json" else _parquet_view(raw)
     skew_text = skew_text or f"{max_future_skew_ms} ms"
-    return (view.withColumn("reason", _reason(max_future_skew_ms, skew_text))
-                .select("raw_record", "source_file", "reason", *_event_columns()))
+    view = view.withColumn("reason", _reason(max_future_skew_ms, skew_text))
+    if fmt != "json":
+        # A typed row has no text of its own; it is rendered as JSON only for the dead letter
+        # (on every valid row this cost more than all the rules).
+        view = view.withColumn("raw_record", F.when(F.col("reason").isNotNull(),
+                                                    F.to_json(F.struct(*EVENT_FIELDS))))
+    return view.select("raw_record", "source_file", "reason", *_event_columns())
 
 
 def valid_events(classified: DataFrame, observe: bool = True) -> DataFrame:

@@ -248,10 +248,14 @@ def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
                    tmp_path / "in" / "part-00000.parquet")
     rows = classify(read_raw_batch(spark, str(tmp_path / "in"), "parquet"), "parquet",
                     max_future_skew_ms=86_400_000, skew_text="1 day").collect()
-    reasons = {json.loads(r.raw_record)["event_id"]: r.reason for r in rows}
+    reasons = {r.event_id: r.reason for r in rows}
     for record, reason in bad:
         assert reasons[record["event_id"]].startswith(reason)
     assert all(reasons[r["event_id"]] is None for r in good)
+    # The dead letter's raw record is the row as JSON; valid rows are never rendered.
+    raw = {r.event_id: r.raw_record for r in rows}
+    assert all(json.loads(raw[r["event_id"]])["event_id"] == r["event_id"] for r, _ in bad)
+    assert all(raw[r["event_id"]] is None for r in good)
 
 
 def test_help_documents_the_new_options():

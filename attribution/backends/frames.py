@@ -10,8 +10,9 @@ attribution, is what the benchmark (``jobs/benchmark.py``) measured first.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,44 +31,75 @@ _NAT = np.datetime64("NaT", "ms")
 _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 
 
-# applyInPandasWithState converts every input column to pandas once per user and micro-batch,
-# so its input is three columns: the key, ``ts`` (which must stay for the event-time timeout)
-# and the rest of the event as one JSON object built by Spark (``PACKED_FIELDS``).
+# applyInPandasWithState converts every input column to pandas once per key and micro-batch, so
+# its input is few columns: the key, ``ts`` (which must stay for the event-time timeout), the
+# rest of the event as one JSON object built by Spark (``PACKED_COLUMN``), and the two times the
+# bucket function needs before deciding whether to parse that JSON at all (``WAKE_COLUMNS``).
+# The JSON uses one-letter keys: it is also what a user's not-yet-attributed events are stored
+# as (see ``group_state``), so its size is state size.
 PACKED_COLUMN = "event"
-PACKED_FIELDS = ("event_id", "event_type", "ts_ms", "url", "referer", "is_goal", "impression_id",
-                 "source_url", "target_url")
+PACKED_KEYS = {"event_id": "i", "event_type": "t", "ts_ms": "s", "url": "u", "referer": "r",
+               "is_goal": "g", "impression_id": "m", "source_url": "a", "target_url": "b"}
+# ``ts_ms``: the event's time; ``goal_ms``: the same for a goal (a visit with is_goal), else null.
+WAKE_COLUMNS = ("ts_ms", "goal_ms")
+
+
+def _event_from_json(user_id: str, e: dict) -> Event:
+    # Spark's ``to_json`` leaves null fields out, hence ``get``.
+    get = e.get
+    return Event(e["i"], user_id, e["t"], e["s"], get("u"), get("r"), get("g") is True, get("m"),
+                 get("a"), get("b"))
 
 
 def events_from_packed(user_id: str, frame: pd.DataFrame) -> Iterator[Event]:
-    """Events from a frame whose ``PACKED_COLUMN`` holds each event as JSON (null fields are
-    left out by Spark's ``to_json``, hence ``get``)."""
+    """Events from a frame whose ``PACKED_COLUMN`` holds each event as JSON."""
     loads = json.loads
     for text in frame[PACKED_COLUMN].tolist():
-        e = loads(text)
-        get = e.get
-        yield Event(e["event_id"], user_id, e["event_type"], e["ts_ms"], get("url"),
-                    get("referer"), get("is_goal") is True, get("impression_id"),
-                    get("source_url"), get("target_url"))
+        yield _event_from_json(user_id, loads(text))
 
 
-def events_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, list[Event]]:
-    """Packed frames holding several users (a ``user_id`` column next to ``PACKED_COLUMN``),
-    as each user's events in arrival order."""
-    by_user: dict[str, list[Event]] = {}
-    loads = json.loads
+def events_from_json_list(user_id: str, packed: str) -> list[Event]:
+    """Events from packed JSON objects joined by commas (``PackedUserBatch.packed``)."""
+    return [_event_from_json(user_id, e) for e in json.loads(f"[{packed}]")]
+
+
+@dataclass(slots=True)
+class PackedUserBatch:
+    """One user's events of a micro-batch, still as JSON, with the times that decide whether
+    they must be parsed now."""
+
+    packed: str              # the events' JSON objects, comma-joined, in arrival order
+    min_goal_ms: Optional[int]   # the earliest goal among them, or None
+    max_ts_ms: int
+
+
+def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]:
+    """Packed frames holding several users (``user_id``, ``PACKED_COLUMN``, ``WAKE_COLUMNS``),
+    grouped by user without parsing any JSON."""
+    texts: dict[str, list[str]] = {}
+    max_ts: dict[str, int] = {}
+    min_goal: dict[str, int] = {}
     for frame in frames:
-        for user_id, text in zip(frame["user_id"].tolist(), frame[PACKED_COLUMN].tolist()):
-            e = loads(text)
-            get = e.get
-            event = Event(e["event_id"], user_id, e["event_type"], e["ts_ms"], get("url"),
-                          get("referer"), get("is_goal") is True, get("impression_id"),
-                          get("source_url"), get("target_url"))
-            events = by_user.get(user_id)
-            if events is None:
-                by_user[user_id] = [event]
+        users = frame["user_id"].tolist()
+        for user_id, text, ts in zip(users, frame[PACKED_COLUMN].tolist(),
+                                     frame["ts_ms"].tolist()):
+            held = texts.get(user_id)
+            if held is None:
+                texts[user_id] = [text]
+                max_ts[user_id] = ts
             else:
-                events.append(event)
-    return by_user
+                held.append(text)
+                if ts > max_ts[user_id]:
+                    max_ts[user_id] = ts
+        goals = frame["goal_ms"]
+        has_goal = goals.notna().to_numpy()
+        if has_goal.any():
+            for user_id, goal in zip(frame["user_id"][has_goal].tolist(),
+                                     goals[has_goal].astype("int64").tolist()):
+                if goal < min_goal.get(user_id, goal + 1):
+                    min_goal[user_id] = goal
+    return {user_id: PackedUserBatch(",".join(held), min_goal.get(user_id), max_ts[user_id])
+            for user_id, held in texts.items()}
 
 
 def events_from_rows(rows: Iterable) -> Iterator[Event]:
