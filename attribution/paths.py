@@ -87,6 +87,11 @@ def _index(items: Iterable, key_of) -> dict:
     return out
 
 
+# Up to this many nodes between an impression and its goal, the trail's reachable visits are
+# found by scanning those nodes; beyond it, by a walk whose cost is the reachable visits only.
+SCAN_LIMIT = 512
+
+
 class ReferrerIndex:
     """Indexes over one user's visits and canonical impressions, for one firing.
 
@@ -244,9 +249,28 @@ class ReferrerIndex:
     def _reachable_by_url(self, impression: Impression, goal: Visit) -> dict:
         """Visits reachable from ``impression`` that precede or equal ``goal``, grouped by URL.
 
-        A forward best-first walk in increasing time; the first request for referer URL ``X``
-        has the earliest bound, so it covers every later one.
+        Few nodes between the two (the usual case): one pass over them in order, since every
+        edge points forward. Otherwise a best-first walk that touches only reachable visits.
         """
+        start, stop = self._pos[impression.event_id] + 1, self._pos[goal.event_id] + 1
+        if stop - start <= SCAN_LIMIT:
+            return self._reachable_by_scan(impression, start, stop)
+        return self._reachable_by_walk(impression, goal)
+
+    def _reachable_by_scan(self, impression: Impression, start: int, stop: int) -> dict:
+        out: dict = defaultdict(_Sorted)
+        entry = (impression.source_url, impression.target_url)
+        for node in self._nodes[start:stop]:
+            if type(node) is Visit and node.referer is not None and (
+                    node.referer in out or (node.referer, node.url) == entry):
+                group = out[node.url]
+                group.items.append(node)
+                group.keys.append((node.ts, node.event_id))
+        return out
+
+    def _reachable_by_walk(self, impression: Impression, goal: Visit) -> dict:
+        """A forward best-first walk in increasing time; the first request for referer URL ``X``
+        has the earliest bound, so it covers every later one."""
         limit = goal.key
         heap: list = []
         seen_referers: set = set()

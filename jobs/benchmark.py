@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -414,6 +415,7 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
     import fastavro
 
     from attribution.backends.group_state import encode_bucket
+    from attribution.pipeline import DEFAULT_STATE_BUCKETS
     from attribution.core import WATERMARK_INFINITY, UserAttribution
     from attribution.schema import EVENT_SCHEMA
 
@@ -447,16 +449,20 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
         cost["to_bytes"] += t1 - t0
         cost["from_bytes"] += clock() - t1
         blob_bytes += len(blob)
-        bucket_entries[user_id] = {"wakeup": core.next_wakeup(), "state": blob}
+        bucket_entries[user_id] = (core.next_wakeup(), blob, "")
         for event_id in [*core.visits, *(i.event_id for i in core.impressions.values())]:
             retained += 1
             buf.seek(0)
             buf.truncate()
             fastavro.schemaless_writer(buf, EVENT_SCHEMA, by_id[event_id].to_record())
             avro_bytes += buf.tell()
-    # applyInPandasWithState keeps these blobs in per-bucket maps; encoding them as one map gives
-    # the same bytes up to a few bytes of header per bucket.
-    bucket_bytes = len(encode_bucket(bucket_entries)) if bucket_entries else 0
+    # applyInPandasWithState keeps these blobs in compressed per-bucket maps: the users are split
+    # into as many buckets as the job's default (by crc32 here, xxhash64 in Spark: the sizes
+    # differ only by chance).
+    buckets: dict = defaultdict(dict)
+    for user_id, entry in bucket_entries.items():
+        buckets[zlib.crc32(user_id.encode()) % DEFAULT_STATE_BUCKETS][user_id] = entry
+    bucket_bytes = sum(len(encode_bucket(users)) for users in buckets.values())
     return {"users_with_state": users_with_state, "retained_events": retained,
             "blob_bytes": blob_bytes, "avro_bytes": avro_bytes, "bucket_bytes": bucket_bytes,
             "blob_bytes_per_event": blob_bytes / retained if retained else None,

@@ -325,8 +325,14 @@ def _larger_event_set(seed: int) -> list[Event]:
     return events
 
 
+@pytest.mark.parametrize("trail_search", ["scan", "walk"])
 @pytest.mark.parametrize("seed", range(4))
-def test_larger_random_users_match_the_brute_force_reference(seed):
+def test_larger_random_users_match_the_brute_force_reference(seed, trail_search, monkeypatch):
+    from attribution import paths
+
+    # Trails come from a scan of the nodes between impression and goal when they are few, and
+    # from a walk over reachable visits otherwise: both must give the reference's rows.
+    monkeypatch.setattr(paths, "SCAN_LIMIT", paths.SCAN_LIMIT if trail_search == "scan" else -1)
     events = _larger_event_set(seed)
     config = AttributionConfig(lookback_ms=60, dedup_window_ms=25)
     rows = attribute_batch(events, config)
