@@ -1130,7 +1130,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="Spark master under plain python (default: local[*])")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
                         help="spark.sql.shuffle.partitions (default: the project's runtime "
-                             "default, 2x the cores)")
+                             "default, one per core)")
     parser.add_argument("--driver-memory", default="2g",
                         help="spark.driver.memory when this script starts the JVM; in local mode "
                              "it is the heap of the whole engine (default: %(default)s)")
