@@ -862,11 +862,12 @@ def print_main(section: dict, args) -> None:
     if enc and enc.get("retained_events"):
         avro = enc["avro_bytes_per_event"]
         line = (f"state bytes per retained event: core blob {enc['blob_bytes_per_event']:.1f} B "
-                f"({enc['blob_bytes_per_event'] / avro:.2f}x), in bucket maps "
-                f"{enc['bucket_bytes_per_event']:.1f} B ({enc['bucket_bytes_per_event'] / avro:.2f}x)"
-                f", vs the event's Avro encoding {avro:.1f} B; over {enc['retained_events']:,} "
-                f"retained events of {enc['users_with_state']:,} users (before compression: the "
-                "state store's SST files above are compressed)")
+                f"({enc['blob_bytes_per_event'] / avro:.2f}x), in the zstd-compressed bucket "
+                f"maps {enc['bucket_bytes_per_event']:.1f} B "
+                f"({enc['bucket_bytes_per_event'] / avro:.2f}x), vs the event's Avro encoding "
+                f"{avro:.1f} B; over {enc['retained_events']:,} retained events of "
+                f"{enc['users_with_state']:,} users (the state store's SST sizes above are "
+                "compressed again by the store)")
         print(line)
         cost, users = enc["core_seconds"], enc["users"]
         print("core cost per user (all of a user's events at once): " + ", ".join(
