@@ -1132,9 +1132,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
                         help="spark.sql.shuffle.partitions (default: the project's runtime "
                              "default, one per core)")
-    parser.add_argument("--driver-memory", default="2g",
+    parser.add_argument("--driver-memory", default="1g",
                         help="spark.driver.memory when this script starts the JVM; in local mode "
-                             "it is the heap of the whole engine (default: %(default)s)")
+                             "it is the heap of the whole engine (default: %(default)s, Spark's "
+                             "own default and so what the attribution job runs with)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration, repeatable, e.g. "
                              "spark.sql.execution.arrow.maxRecordsPerBatch=50000")
