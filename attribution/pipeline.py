@@ -53,7 +53,7 @@ def _stateful_input(events: DataFrame) -> DataFrame:
 
 def _packed_input(events: DataFrame) -> DataFrame:
     """Heartbeats out; ``user_id``, ``ts``, the event as one JSON column (``PACKED_KEYS``) and
-    the times the bucket function decides on (``WAKE_COLUMNS``).
+    the times the bucket function decides on (``ts_ms``, and ``goal_ms`` for goals).
 
     For applyInPandasWithState, which builds pandas columns once per key per micro-batch:
     measured on 100k events keyed by user, one packed column instead of nine halves that cost.

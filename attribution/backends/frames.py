@@ -34,14 +34,13 @@ _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 # applyInPandasWithState converts every input column to pandas once per key and micro-batch, so
 # its input is few columns: the key, ``ts`` (which must stay for the event-time timeout), the
 # rest of the event as one JSON object built by Spark (``PACKED_COLUMN``), and the two times the
-# bucket function needs before deciding whether to parse that JSON at all (``WAKE_COLUMNS``).
+# bucket function needs before deciding whether to parse that JSON at all: ``ts_ms``, the
+# event's time, and ``goal_ms``, the same for a goal (a visit with is_goal), else null.
 # The JSON uses one-letter keys: it is also what a user's not-yet-attributed events are stored
 # as (see ``group_state``), so its size is state size.
 PACKED_COLUMN = "event"
 PACKED_KEYS = {"event_id": "i", "event_type": "t", "ts_ms": "s", "url": "u", "referer": "r",
                "is_goal": "g", "impression_id": "m", "source_url": "a", "target_url": "b"}
-# ``ts_ms``: the event's time; ``goal_ms``: the same for a goal (a visit with is_goal), else null.
-WAKE_COLUMNS = ("ts_ms", "goal_ms")
 
 
 def _event_from_json(user_id: str, e: dict) -> Event:
@@ -74,8 +73,8 @@ class PackedUserBatch:
 
 
 def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]:
-    """Packed frames holding several users (``user_id``, ``PACKED_COLUMN``, ``WAKE_COLUMNS``),
-    grouped by user without parsing any JSON."""
+    """Packed frames holding several users (``user_id``, ``PACKED_COLUMN``, ``ts_ms``,
+    ``goal_ms``), grouped by user without parsing any JSON."""
     texts: dict[str, list[str]] = {}
     max_ts: dict[str, int] = {}
     min_goal: dict[str, int] = {}
