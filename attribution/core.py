@@ -193,15 +193,18 @@ class UserAttribution:
 
         Backends set a timer here so an idle user's state is dropped, not kept forever.
         """
-        ends = [v.ts + self.config.lookback_ms + 1 for v in self.visits.values()]
         window = self.config.dedup_window_ms
-        ends.extend((g[2] + 1) * window + self.config.lookback_ms for g in self.impressions)
+        ends = [(g[2] + 1) * window + self.config.lookback_ms for g in self.impressions]
+        if self.visits:
+            ends.append(self.earliest_expiry(max(v.ts for v in self.visits.values()), self.config))
         return max(ends) if ends else None
 
     @staticmethod
     def earliest_expiry(max_ts: int, config: AttributionConfig) -> int:
-        """A lower bound of ``expires_at`` for any state holding an event at ``max_ts``: a backend
-        can schedule a wake-up for events it has not decoded yet, knowing only their times."""
+        """When a visit at ``max_ts`` stops mattering, and so a lower bound of ``expires_at`` for
+        any state holding an event at ``max_ts`` (an impression lives to its bucket's end): a
+        backend can schedule a wake-up for events it has not decoded yet, knowing only their
+        times."""
         return max_ts + config.lookback_ms + 1
 
     def next_wakeup(self) -> Optional[int]:

@@ -42,8 +42,8 @@ def test_an_unknown_bucket_version_is_refused_with_the_versions_this_code_reads(
 
 
 def test_a_bucket_naming_a_class_is_refused_not_executed():
-    size = len(pickle.dumps(UserAttribution("u1")))
-    body = _CODEC.compress(pickle.dumps(UserAttribution("u1")), asbytes=True)
-    forged = bytes([BUCKET_STATE_VERSION]) + size.to_bytes(4, "little") + body
+    raw = pickle.dumps(UserAttribution("u1"))
+    forged = (bytes([BUCKET_STATE_VERSION]) + len(raw).to_bytes(4, "little")
+              + _CODEC.compress(raw, asbytes=True))
     with pytest.raises(pickle.UnpicklingError, match="may not reference"):
         decode_bucket(forged)
