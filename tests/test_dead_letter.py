@@ -154,6 +154,8 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
             compared += 1
     assert compared >= 30
     assert sum(r.reason is None for r in rows) == 7
+    # The filters select on ``valid``, computed apart from the reason: they must agree.
+    assert all(r.valid == (r.reason is None) for r in rows)
 
 
 def test_bad_records_are_dead_lettered_and_good_data_is_untouched(spark, tmp_path, ch7_dir,
@@ -252,6 +254,7 @@ def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
     for record, reason in bad:
         assert reasons[record["event_id"]].startswith(reason)
     assert all(reasons[r["event_id"]] is None for r in good)
+    assert all(r.valid == (r.reason is None) for r in rows)
     # The dead letter's raw record is the row as JSON; valid rows are never rendered.
     raw = {r.event_id: r.raw_record for r in rows}
     assert all(json.loads(raw[r["event_id"]])["event_id"] == r["event_id"] for r, _ in bad)
