@@ -242,12 +242,9 @@ def _ts_rules() -> list[tuple[Column, Column]]:
     ]
 
 
-def _rules(max_future_skew_ms: int, skew_text: str, now: Column) -> list[tuple[Column, Column]]:
-    """(broken, reason) pairs in ``attribution.events.parse_event``'s order.
-
-    Then one rule of its own: ``ts`` may not be more than the skew ahead of ``now``, the
-    processing time (see ``classify``).
-    """
+def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
+    """(broken, reason) pairs in ``attribution.events.parse_event``'s order, with ``skew_rule``
+    (from ``_skew_rule``) where the time-range checks begin."""
     event_type = F.col("event_type")
     is_heartbeat = F.col("k_event_type").eqNullSafe("str") & (event_type == "heartbeat")
     is_visit = F.col("k_event_type").eqNullSafe("str") & (event_type == "visit")
@@ -283,40 +280,41 @@ def _rules(max_future_skew_ms: int, skew_text: str, now: Column) -> list[tuple[C
     rules += [(is_impression & cond, reason)
               for cond, reason in (*_string_rules("source_url", required=True, what="impression"),
                                    *_string_rules("target_url", required=True, what="impression"))]
-    newest_plausible = F.timestamp_add("MILLISECOND", F.lit(max_future_skew_ms),
-                                       now)
-    rules.append((F.col("ts") > newest_plausible,
-                  F.concat(F.lit("ts "), _iso(F.col("ts")),
-                           F.lit(f" is more than {skew_text} ahead of the processing time "),
-                           _iso(now), F.lit(" (--max-future-skew)"))))
+    rules.append(skew_rule)
     low, high = SUPPORTED_TS_RANGE
     rules.append(((F.col("ts") < F.lit(low).cast("timestamp"))
                   | (F.col("ts") >= F.lit(high).cast("timestamp")),
                   F.concat(F.lit("ts "), _iso(F.col("ts")),
                            F.lit(f" is outside the supported range [{low}, {high})"))))
-
     return rules
 
 
-def _valid_and_reason(max_future_skew_ms: int, skew_text: str,
-                      now: Column) -> tuple[Column, Column]:
-    """Whether a record breaks no rule, and the reason of its first broken rule (null if none).
+def _skew_rule(max_future_skew_ms: int, skew_text: str, now: Column) -> tuple[Column, Column]:
+    """The one rule of our own: ``ts`` may not be more than the skew ahead of ``now``."""
+    # In epoch microseconds: in a stream ``now`` becomes a literal only after optimization, too
+    # late to fold, and a calendar-aware ``timestamp_add`` per row cost more than this test.
+    too_far = F.unix_micros("ts") > F.unix_micros(now) + F.lit(max_future_skew_ms * 1000)
+    return (too_far,
+            F.concat(F.lit("ts "), _iso(F.col("ts")),
+                     F.lit(f" is more than {skew_text} ahead of the processing time "),
+                     _iso(now), F.lit(" (--max-future-skew)")))
 
-    Both are needed, not just the reason. All the rules in one CASE make a method too large for
-    the JVM's JIT (HotSpot leaves methods over 8,000 bytes of bytecode interpreted), and that
-    CASE, inlined into the filter of valid rows, made validation cost more than the attribution.
-    The validity test has no strings to build, so it stays compiled; the reason is evaluated only
-    where ``valid`` is false. A rule whose test is null (SQL's unknown) counts as unbroken, as in
-    the CASE, so every record is either valid or has a reason.
-    """
-    rules = _rules(max_future_skew_ms, skew_text, now)
-    broken = F.coalesce(rules[0][0], F.lit(False))
-    for cond, _text in rules[1:]:
+
+def _none_broken(conditions: list[Column]) -> Column:
+    """True when no condition holds. A null condition (SQL's unknown) counts as not holding, as
+    in a CASE, so a record is valid exactly when ``_first_reason`` is null."""
+    broken = F.lit(False)
+    for cond in conditions:
         broken = broken | F.coalesce(cond, F.lit(False))
+    return ~broken
+
+
+def _first_reason(rules: list[tuple[Column, Column]]) -> Column:
+    """The reason of a record's first broken rule, or null when it breaks none."""
     reason = F.when(rules[0][0], rules[0][1])
     for cond, text in rules[1:]:
         reason = reason.when(cond, text)
-    return ~broken, reason.otherwise(F.lit(None).cast("string"))
+    return reason.otherwise(F.lit(None).cast("string"))
 
 
 def _event_columns() -> list[Column]:
@@ -344,20 +342,36 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
              skew_text: Optional[str] = None, now: Optional[datetime] = None) -> DataFrame:
     """Every raw record with ``valid``, its ``reason`` (null when valid), the event columns, the
     raw text (for Parquet, the row as JSON, on invalid rows only) and the source file. ``raw``
-    comes from ``read_raw_stream`` or ``read_raw_batch``.
-
-    Select on ``valid``, not on ``reason``: see ``_valid_and_reason``. ``valid_events`` and
-    ``dead_letters`` do.
+    comes from ``read_raw_stream`` or ``read_raw_batch``. The number of invalid records is
+    attached as observed metrics (``VALIDATION_METRICS``), per micro-batch in a stream.
 
     ``--max-future-skew`` is judged against ``now``, by default Spark's ``current_timestamp()``.
     In a stream that is the micro-batch's processing time, recorded in the offset log, so a batch
     replayed after a crash judges every record as before. A batch job that reads its input more
     than once passes one fixed ``now``, so that every pass judges alike.
+
+    Select on ``valid``, not on ``reason`` (``valid_events`` and ``dead_letters`` do). The rules
+    are evaluated in two parts, because of how Spark compiles them:
+
+    * the reason, one CASE over every rule, makes a method too large for the JVM's JIT (HotSpot
+      interprets methods over 8,000 bytes of bytecode). Inlined into the filter of valid rows, it
+      cost more than the attribution. ``valid`` has no strings to build and stays compiled; the
+      reason is evaluated only where ``valid`` is false;
+    * ``now`` is a new literal in every micro-batch, and Spark generates and compiles each
+      stage's code anew, with no JIT-compiled code to reuse, whenever a literal in it changes.
+      ``conforms`` (every rule but the skew) is computed below the metrics' collection, a stage
+      of its own whose code is the same in every micro-batch; the skew test joins it above.
     """
     view = _json_view(raw) if fmt == "json" else _parquet_view(raw)
-    valid, reason = _valid_and_reason(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
-                                      F.current_timestamp() if now is None else F.lit(now))
-    view = view.withColumn("valid", valid).withColumn("reason", F.when(~F.col("valid"), reason))
+    future, future_reason = skew_rule = _skew_rule(
+        max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
+        F.current_timestamp() if now is None else F.lit(now))
+    rules = _rules(skew_rule)
+    valid = F.col("conforms") & ~F.coalesce(future, F.lit(False))
+    view = (view.withColumn("conforms", _none_broken([c for c, _ in rules if c is not future]))
+                .observe(VALIDATION_METRICS, F.count(F.when(~valid, 1)).alias("invalid"))
+                .withColumn("valid", valid)
+                .withColumn("reason", F.when(~F.col("valid"), _first_reason(rules))))
     if fmt != "json":
         # A typed row has no text of its own; it is rendered as JSON only for the dead letter
         # (on every valid row this cost more than all the rules).
@@ -366,17 +380,9 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
     return view.select("raw_record", "source_file", "valid", "reason", *_event_columns())
 
 
-def valid_events(classified: DataFrame, observe: bool = True) -> DataFrame:
-    """The valid rows in the event schema, ready for ``withWatermark``.
-
-    With ``observe`` (streaming), the per-batch count of invalid rows is attached as observed
-    metrics (``VALIDATION_METRICS``) *before* the filter, so it counts what the filter removes.
-    """
-    invalid = ~F.col("valid")
-    if observe:
-        classified = classified.observe(VALIDATION_METRICS,
-                                        F.count(F.when(invalid, 1)).alias("invalid"))
-    return classified.filter(~invalid).select(*EVENT_FIELDS)
+def valid_events(classified: DataFrame) -> DataFrame:
+    """The valid rows of ``classify`` in the event schema, ready for ``withWatermark``."""
+    return classified.filter(F.col("valid")).select(*EVENT_FIELDS)
 
 
 def dead_letters(classified: DataFrame) -> DataFrame:

@@ -257,8 +257,7 @@ def run_batch(spark, args) -> RunReport:
     rejected, read, emitted = Observation("dead_letters"), Observation("input"), Observation("output")
     (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
      .write.mode("overwrite").parquet(args.dead_letter))
-    events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")),
-                          observe=False)
+    events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")))
     (attribution_batch(events, config=args.config)
      .observe(emitted, F.count(F.lit(1)).alias("goals"),
               F.count("impression_id").alias("attributed"))
