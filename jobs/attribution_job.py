@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 
 from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
                                 AttributionConfig, parse_duration_ms)
+from attribution.backends.group_state import STATE_COLUMN_FORMAT
 from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, DEFAULT_STATE_BUCKETS,
                                   DEFAULT_TWS_STATE, OUTPUT_METRICS, TWS_STATE_LAYOUTS,
                                   attribution_batch, attribution_stream)
@@ -168,7 +169,8 @@ def pin_state_layout(args) -> None:
     """Record the state layout in the checkpoint on its first run; refuse a different one later.
 
     Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
-    hashes to another key than under 64, and its state would silently be lost. (Remote
+    hashes to another key than under 64, and its state would silently be lost. The format of
+    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``). (Remote
     checkpoints, e.g. ``hdfs://``, are not checked.)
     """
     if "://" in args.checkpoint:
@@ -176,11 +178,21 @@ def pin_state_layout(args) -> None:
     layout = {"backend": args.backend}
     if args.backend == "applyInPandasWithState":
         layout["state_buckets"] = args.state_buckets
+        layout["state_column"] = STATE_COLUMN_FORMAT
     else:
         layout["tws_state"] = args.tws_state
     path = Path(args.checkpoint) / LAYOUT_FILE
     if path.exists():
         pinned = json.loads(path.read_text())
+        if pinned.get("backend") == "applyInPandasWithState":
+            pinned.setdefault("state_column", "binary")  # versions before the text column
+            if pinned["state_column"] != STATE_COLUMN_FORMAT:
+                raise CheckpointMismatch(
+                    f"checkpoint {args.checkpoint} holds applyInPandasWithState state in the "
+                    f"{pinned['state_column']} column of an earlier version of this job, which "
+                    f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
+                    "query with the version that started it, or start a new --checkpoint (and "
+                    "--output).")
         if pinned != layout:
             given = ", ".join(f"{k}={v}" for k, v in layout.items())
             started = ", ".join(f"{k}={v}" for k, v in pinned.items())

@@ -184,3 +184,23 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
             run_job(spark, tmp_path, ch7_stream_dir, *other)
     report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+
+
+def test_a_checkpoint_with_binary_state_is_refused_with_advice(tmp_path):
+    """Checkpoints of versions that kept applyInPandasWithState's state as binary (their layout
+    file has no state_column) cannot be read by the text column: one clear refusal, no Spark."""
+    from jobs.attribution_job import CheckpointMismatch, LAYOUT_FILE, parse_args, pin_state_layout
+
+    checkpoint = tmp_path / "cp"
+    checkpoint.mkdir()
+    (checkpoint / LAYOUT_FILE).write_text(
+        json.dumps({"backend": "applyInPandasWithState", "state_buckets": 64}))
+    args = parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint)])
+    with pytest.raises(CheckpointMismatch, match="binary column of an earlier version.*new "
+                                                 "--checkpoint"):
+        pin_state_layout(args)
+    # A transformWithState checkpoint of that time is unaffected.
+    (checkpoint / LAYOUT_FILE).write_text(
+        json.dumps({"backend": "transformWithState", "tws_state": "compact"}))
+    pin_state_layout(parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint),
+                                 "--backend", "transformWithState"]))
