@@ -414,7 +414,7 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
     """
     import fastavro
 
-    from attribution.backends.group_state import encode_bucket
+    from attribution.backends.group_state import encode_bucket, state_text
     from attribution.pipeline import DEFAULT_STATE_BUCKETS
     from attribution.core import WATERMARK_INFINITY, UserAttribution
     from attribution.schema import EVENT_SCHEMA
@@ -456,13 +456,13 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
             buf.truncate()
             fastavro.schemaless_writer(buf, EVENT_SCHEMA, by_id[event_id].to_record())
             avro_bytes += buf.tell()
-    # applyInPandasWithState keeps these blobs in compressed per-bucket maps: the users are split
-    # into as many buckets as the job's default (by crc32 here, xxhash64 in Spark: the sizes
-    # differ only by chance).
+    # applyInPandasWithState keeps these blobs in compressed per-bucket maps, stored as base64
+    # text: the users are split into as many buckets as the job's default (by crc32 here,
+    # xxhash64 in Spark: the sizes differ only by chance).
     buckets: dict = defaultdict(dict)
     for user_id, entry in bucket_entries.items():
         buckets[zlib.crc32(user_id.encode()) % DEFAULT_STATE_BUCKETS][user_id] = entry
-    bucket_bytes = sum(len(encode_bucket(users)) for users in buckets.values())
+    bucket_bytes = sum(len(state_text(encode_bucket(users))) for users in buckets.values())
     return {"users_with_state": users_with_state, "retained_events": retained,
             "blob_bytes": blob_bytes, "avro_bytes": avro_bytes, "bucket_bytes": bucket_bytes,
             "blob_bytes_per_event": blob_bytes / retained if retained else None,
@@ -862,8 +862,8 @@ def print_main(section: dict, args) -> None:
     if enc and enc.get("retained_events"):
         avro = enc["avro_bytes_per_event"]
         line = (f"state bytes per retained event: core blob {enc['blob_bytes_per_event']:.1f} B "
-                f"({enc['blob_bytes_per_event'] / avro:.2f}x), in the zstd-compressed bucket "
-                f"maps {enc['bucket_bytes_per_event']:.1f} B "
+                f"({enc['blob_bytes_per_event'] / avro:.2f}x), in the bucket maps as stored "
+                f"(zstd, base64) {enc['bucket_bytes_per_event']:.1f} B "
                 f"({enc['bucket_bytes_per_event'] / avro:.2f}x), vs the event's Avro encoding "
                 f"{avro:.1f} B; over {enc['retained_events']:,} retained events of "
                 f"{enc['users_with_state']:,} users (the state store's SST sizes above are "

@@ -1,7 +1,7 @@
 """The ``applyInPandasWithState`` backend (Spark's flatMapGroupsWithState for Python).
 
 Per key the whole state is one text column (``STATE_DDL``): the core's versioned blob for a user,
-or the compressed map of a bucket's users, in base64 (see ``_state_text``). The
+or the compressed map of a bucket's users, in base64 (see ``state_text``). The
 single event-time timeout is the user's next wake-up: the min pending goal or, with none
 pending, the watermark at which garbage collection empties the state.
 
@@ -34,7 +34,7 @@ STATE_DDL = "state string"
 STATE_COLUMN_FORMAT = "base64 text"
 
 
-def _state_text(blob: bytes) -> str:
+def state_text(blob: bytes) -> str:
     """A state blob as the text stored in Spark's state column.
 
     Text, not binary, because of how Spark hands the state to Python: it pickles the state row
@@ -47,8 +47,10 @@ def _state_text(blob: bytes) -> str:
     return binascii.b2a_base64(blob, newline=False).decode("ascii")
 
 
-def _state_blob(text: str) -> bytes:
+def state_blob(text: str) -> bytes:
+    """The blob that ``state_text`` stored as ``text``."""
     return binascii.a2b_base64(text)
+
 
 # PySpark 4.3's applyInPandasWithState worker pads its output with all-NA frames and concatenates
 # them, which pandas 2 warns about on every micro-batch (the warning names pyspark/worker.py). The
@@ -64,7 +66,7 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
     def attribute_user(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         (user_id,) = key
         watermark = state.getCurrentWatermarkMs()
-        core = (UserAttribution.from_bytes(_state_blob(state.get[0]), config) if state.exists
+        core = (UserAttribution.from_bytes(state_blob(state.get[0]), config) if state.exists
                 else UserAttribution(user_id, config))
         for frame in frames:
             # Spark already dropped (and counted) rows behind the previous batch's watermark.
@@ -76,7 +78,7 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
         if core.is_empty:
             state.remove()
         else:
-            state.update((_state_text(core.to_bytes()),))
+            state.update((state_text(core.to_bytes()),))
             state.setTimeoutTimestamp(core.next_wakeup() - 1)
         if rows:
             yield rows_to_frame(rows)
@@ -193,7 +195,7 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         watermark = state.getCurrentWatermarkMs()
-        users = decode_bucket(_state_blob(state.get[0])) if state.exists else {}
+        users = decode_bucket(state_blob(state.get[0])) if state.exists else {}
         rows = []
 
         def attribute(user_id: str, blob: bytes, inbox: str) -> None:
@@ -223,7 +225,7 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
             _, blob, inbox = users[user_id]
             attribute(user_id, blob, inbox)
         if users:
-            state.update((_state_text(encode_bucket(users)),))
+            state.update((state_text(encode_bucket(users)),))
             state.setTimeoutTimestamp(min(wakeup for wakeup, _, _ in users.values()) - 1)
         else:
             state.remove()
