@@ -363,10 +363,9 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
       of its own whose code is the same in every micro-batch; the skew test joins it above.
     """
     view = _json_view(raw) if fmt == "json" else _parquet_view(raw)
-    future, future_reason = skew_rule = _skew_rule(
-        max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
-        F.current_timestamp() if now is None else F.lit(now))
-    rules = _rules(skew_rule)
+    skew_rule = _skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
+                           F.current_timestamp() if now is None else F.lit(now))
+    rules, future = _rules(skew_rule), skew_rule[0]
     valid = F.col("conforms") & ~F.coalesce(future, F.lit(False))
     view = (view.withColumn("conforms", _none_broken([c for c, _ in rules if c is not future]))
                 .observe(VALIDATION_METRICS, F.count(F.when(~valid, 1)).alias("invalid"))
