@@ -252,10 +252,10 @@ def run_batch(spark, args) -> RunReport:
     """Batch mode: the same core over the whole input, watermark at +infinity.
 
     The input is read twice, once for the dead letters and once for the attribution, rather than
-    cached: caching every classified row cost more (on a 1g heap, mostly in garbage collection)
-    than the second scan, which builds nothing but the validity of each row. Both passes judge
-    --max-future-skew against one fixed time, so they agree on every row. The counts come from
-    observed metrics of the two writes, not from extra jobs.
+    cached: the second scan builds nothing but each row's validity, where a cache would hold
+    every classified row in executor memory. Both passes judge --max-future-skew against one
+    fixed time, so they agree on every row. The counts come from observed metrics of the two
+    writes, not from extra jobs.
     """
     from datetime import datetime, timezone
 
@@ -266,7 +266,7 @@ def run_batch(spark, args) -> RunReport:
     classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
                           args.max_future_skew_ms, args.max_future_skew,
                           now=datetime.now(timezone.utc))
-    rejected, read, emitted = Observation("dead_letters"), Observation("input"), Observation("output")
+    rejected, read, emitted = (Observation(name) for name in ("dead_letters", "input", "output"))
     (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
      .write.mode("overwrite").parquet(args.dead_letter))
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")))
