@@ -14,6 +14,7 @@ from typing import Optional
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from .backends.bucket_keys import aligned_bucket_keys
 from .backends.frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS
 from .config import AttributionConfig, spark_interval
 from .schema import OUTPUT_SCHEMA, spark_struct
@@ -28,6 +29,10 @@ DEFAULT_BACKEND = "applyInPandasWithState"
 # cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per
 # user. Fixed by a query's first run, like the shuffle partitions.
 DEFAULT_STATE_BUCKETS = 64
+# How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
+# buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
+# started before it use, and must keep using.
+BUCKET_KEY_SCHEMES = ("aligned", "index")
 OUTPUT_METRICS = "attribution_output"
 TWS_STATE_LAYOUTS = ("compact", "declared")
 DEFAULT_TWS_STATE = "compact"
@@ -79,7 +84,8 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
                        config: AttributionConfig = AttributionConfig(),
                        backend: str = DEFAULT_BACKEND,
                        tws_state: str = DEFAULT_TWS_STATE,
-                       state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS) -> DataFrame:
+                       state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS,
+                       bucket_keys: str = "aligned") -> DataFrame:
     """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
 
     ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
@@ -87,13 +93,17 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
     ``state_buckets`` (applyInPandasWithState only) keys the state by that many hash buckets of
     ``user_id``, so one call serves many users (see ``group_state.make_bucket_state_function``);
     0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
-    and must not change under an existing checkpoint.
+    and must not change under an existing checkpoint; so is ``bucket_keys`` (one of
+    ``BUCKET_KEY_SCHEMES``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if tws_state not in TWS_STATE_LAYOUTS:
         raise ValueError(f"unknown transformWithState state layout {tws_state!r}; choose one of "
                          f"{', '.join(TWS_STATE_LAYOUTS)}")
+    if bucket_keys not in BUCKET_KEY_SCHEMES:
+        raise ValueError(f"unknown bucket key scheme {bucket_keys!r}; choose one of "
+                         f"{', '.join(BUCKET_KEY_SCHEMES)}")
     watermarked = events.withWatermark("ts", spark_interval(watermark_delay_ms))
     output_type = spark_struct(OUTPUT_SCHEMA)
     if backend == "applyInPandasWithState":
@@ -102,6 +112,9 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         packed = _packed_input(watermarked)
         if state_buckets:
             bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
+            if bucket_keys == "aligned":
+                table = F.array(*(F.lit(k).cast("long") for k in aligned_bucket_keys(state_buckets)))
+                bucket = F.element_at(table, (bucket + 1).cast("int"))
             grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)
             function = make_bucket_state_function(config)
         else:

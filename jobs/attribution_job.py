@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 
 from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
                                 AttributionConfig, parse_duration_ms)
+from attribution.backends.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.backends.group_state import STATE_COLUMN_FORMAT
 from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, DEFAULT_STATE_BUCKETS,
                                   DEFAULT_TWS_STATE, OUTPUT_METRICS, TWS_STATE_LAYOUTS,
@@ -115,8 +116,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(str(err))
     if not Path(args.events).is_dir() and "://" not in args.events:
         parser.error(f"--events {args.events!r} is not a directory")
-    if args.state_buckets < 0:
-        parser.error("--state-buckets must be >= 0 (0 keys the state by user_id)")
+    if not 0 <= args.state_buckets <= MAX_ALIGNED_BUCKETS:
+        parser.error(f"--state-buckets must be 0 to {MAX_ALIGNED_BUCKETS} (0 keys the state by "
+                     "user_id)")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
     if args.dead_letter is None:
@@ -170,15 +172,19 @@ def pin_state_layout(args) -> None:
 
     Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
     hashes to another key than under 64, and its state would silently be lost. The format of
-    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``). (Remote
-    checkpoints, e.g. ``hdfs://``, are not checked.)
+    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is how
+    bucket numbers become keys, which is not an option: ``args.bucket_keys`` is set here, to
+    the checkpoint's scheme ("index" for checkpoints started before "aligned" keys existed).
+    (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get "aligned" keys.)
     """
+    args.bucket_keys = "aligned"
     if "://" in args.checkpoint:
         return
     layout = {"backend": args.backend}
     if args.backend == "applyInPandasWithState":
         layout["state_buckets"] = args.state_buckets
         layout["state_column"] = STATE_COLUMN_FORMAT
+        layout["bucket_keys"] = args.bucket_keys
     else:
         layout["tws_state"] = args.tws_state
     path = Path(args.checkpoint) / LAYOUT_FILE
@@ -193,6 +199,7 @@ def pin_state_layout(args) -> None:
                     f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
                     "query with the version that started it, or start a new --checkpoint (and "
                     "--output).")
+            args.bucket_keys = layout["bucket_keys"] = pinned.setdefault("bucket_keys", "index")
         if pinned != layout:
             given = ", ".join(f"{k}={v}" for k, v in layout.items())
             started = ", ".join(f"{k}={v}" for k, v in pinned.items())
@@ -215,7 +222,8 @@ def run_stream(spark, args) -> RunReport:
     events = valid_events(classified_input(args.max_files_per_trigger))
     rows = attribution_stream(events, watermark_delay_ms=args.watermark_delay_ms,
                               config=args.config, backend=args.backend,
-                              tws_state=args.tws_state, state_buckets=args.state_buckets)
+                              tws_state=args.tws_state, state_buckets=args.state_buckets,
+                              bucket_keys=args.bucket_keys)
     writer = (rows.writeStream.format("parquet").outputMode("append")
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))

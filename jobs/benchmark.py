@@ -979,6 +979,8 @@ def _short(v: int) -> str:
 # validation and no dead-letter query) with one thing changed from the job's defaults.
 LEVERS = (
     ("applyInPandasWithState, 64 buckets (default)", "applyInPandasWithState", {}, {}),
+    ("64 buckets keyed by bucket number (uneven over partitions)", "applyInPandasWithState",
+     {"bucket_keys": "index"}, {}),
     ("applyInPandasWithState, 256 buckets", "applyInPandasWithState",
      {"state_buckets": 256}, {}),
     ("applyInPandasWithState, one key per user", "applyInPandasWithState",

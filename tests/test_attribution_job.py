@@ -186,6 +186,28 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
 
 
+def test_a_checkpoint_started_with_bucket_numbers_as_keys_keeps_them(spark, tmp_path, ch7_dir):
+    """Checkpoints of the version before aligned bucket keys (layout without bucket_keys) hold
+    their users under the bucket numbers: a restart must find them there. The first file holds
+    both goals; the impressions they are attributed to arrive after the restart."""
+    from jobs.attribution_job import LAYOUT_FILE
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    old_layout = {"backend": "applyInPandasWithState", "state_buckets": 64,
+                  "state_column": "base64 text"}
+    files = sorted(ch7_dir.glob("part-*.json"))
+    staged = stage_in_arrival_order(files[:1], tmp_path / "ch7")
+    # The first run stands for the old version: bucket numbers as keys, whatever the job infers.
+    (checkpoint / LAYOUT_FILE).write_text(json.dumps({**old_layout, "bucket_keys": "index"}))
+    run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+    (checkpoint / LAYOUT_FILE).write_text(json.dumps(old_layout))
+    stage_in_arrival_order(files, staged)
+    report, rows = run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    assert json.loads((checkpoint / LAYOUT_FILE).read_text()).get("bucket_keys") is None
+
+
 def test_a_checkpoint_with_binary_state_is_refused_with_advice(tmp_path):
     """Checkpoints of versions that kept applyInPandasWithState's state as binary (their layout
     file has no state_column) cannot be read by the text column: one clear refusal, no Spark."""
