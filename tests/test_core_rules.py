@@ -129,6 +129,23 @@ def test_a_version_1_state_blob_still_reads():
     assert old.superseded == {}
 
 
+def test_the_state_blob_holds_each_url_once():
+    """Equal URLs parsed from separate events are separate strings; the blob still stores each
+    once (a back-reference for every repeat), however many visits and impressions name it."""
+    def fresh(text: str) -> str:  # an equal string that is another object, as parsing gives
+        return "".join(list(text))
+
+    state = UserAttribution(USER)
+    state.add([click("i1", 0, 1, fresh("/landing-page"), fresh(SEARCH)),
+               visit("v1", 1, fresh("/landing-page"), fresh(SEARCH)),
+               visit("v2", 2, fresh("/next-page"), fresh("/landing-page")),
+               visit("v3", 3, fresh("/landing-page"), fresh("/next-page"))])
+    blob = state.to_bytes()
+    for url in (SEARCH, "/landing-page", "/next-page"):
+        assert blob.count(url.encode()) == 1
+    assert UserAttribution.from_bytes(blob).to_bytes() == blob
+
+
 def test_dedup_survives_a_state_round_trip():
     state = UserAttribution(USER)
     state.add([click("i1", 0, 1, "/a"), visit("v1", 1, "/a", SEARCH)])
