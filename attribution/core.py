@@ -250,8 +250,9 @@ class UserAttribution:
 
         A user's URLs repeat (a visit's referer is the previous visit's url, an impression's
         target the visit it led to). Pickle writes an object it has already written as a short
-        back-reference, so equal URLs are first made one object: the blob shrinks by about a
-        third, and so does every later step that copies, compresses or decodes it.
+        back-reference, so equal URLs are first made one object: on the benchmark's data the
+        blobs shrink by 29%, and every later step that copies, compresses or decodes them has
+        less to do.
         """
         url = {}.setdefault
         return _STATE_HEADER + pickle.dumps((
