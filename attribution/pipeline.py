@@ -32,7 +32,8 @@ DEFAULT_STATE_BUCKETS = 64
 # How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
 # buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
 # started before it use, and must keep using.
-BUCKET_KEY_SCHEMES = ("aligned", "index")
+ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS = "aligned", "index"
+BUCKET_KEY_SCHEMES = (ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS)
 OUTPUT_METRICS = "attribution_output"
 TWS_STATE_LAYOUTS = ("compact", "declared")
 DEFAULT_TWS_STATE = "compact"
@@ -85,7 +86,7 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
                        backend: str = DEFAULT_BACKEND,
                        tws_state: str = DEFAULT_TWS_STATE,
                        state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS,
-                       bucket_keys: str = "aligned") -> DataFrame:
+                       bucket_keys: str = ALIGNED_BUCKET_KEYS) -> DataFrame:
     """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
 
     ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
@@ -112,7 +113,7 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         packed = _packed_input(watermarked)
         if state_buckets:
             bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
-            if bucket_keys == "aligned":
+            if bucket_keys == ALIGNED_BUCKET_KEYS:
                 table = F.array(*(F.lit(k).cast("long") for k in aligned_bucket_keys(state_buckets)))
                 bucket = F.element_at(table, (bucket + 1).cast("int"))
             grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)

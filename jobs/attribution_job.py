@@ -24,9 +24,10 @@ from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_
                                 AttributionConfig, parse_duration_ms)
 from attribution.backends.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.backends.group_state import STATE_COLUMN_FORMAT
-from attribution.pipeline import (BACKENDS, DEFAULT_BACKEND, DEFAULT_STATE_BUCKETS,
-                                  DEFAULT_TWS_STATE, OUTPUT_METRICS, TWS_STATE_LAYOUTS,
-                                  attribution_batch, attribution_stream)
+from attribution.pipeline import (ALIGNED_BUCKET_KEYS, BACKENDS, DEFAULT_BACKEND,
+                                  DEFAULT_STATE_BUCKETS, DEFAULT_TWS_STATE, INDEX_BUCKET_KEYS,
+                                  OUTPUT_METRICS, TWS_STATE_LAYOUTS, attribution_batch,
+                                  attribution_stream)
 from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
                                     dead_letters, max_future_skew_ms, read_raw_batch,
                                     read_raw_stream, start_dead_letter_stream, unreadable_input,
@@ -177,7 +178,7 @@ def pin_state_layout(args) -> None:
     the checkpoint's scheme ("index" for checkpoints started before "aligned" keys existed).
     (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get "aligned" keys.)
     """
-    args.bucket_keys = "aligned"
+    args.bucket_keys = ALIGNED_BUCKET_KEYS
     if "://" in args.checkpoint:
         return
     layout = {"backend": args.backend}
@@ -199,7 +200,9 @@ def pin_state_layout(args) -> None:
                     f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
                     "query with the version that started it, or start a new --checkpoint (and "
                     "--output).")
-            args.bucket_keys = layout["bucket_keys"] = pinned.setdefault("bucket_keys", "index")
+            # Checkpoints started before aligned keys hold their users under bucket numbers.
+            pinned.setdefault("bucket_keys", INDEX_BUCKET_KEYS)
+            args.bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
         if pinned != layout:
             given = ", ".join(f"{k}={v}" for k, v in layout.items())
             started = ", ".join(f"{k}={v}" for k, v in pinned.items())
