@@ -23,21 +23,8 @@ GROUPS = ("dataset", "site", "behaviour", "disorder", "stream")
 
 
 def duration_ms(text: Any, what: str = "duration") -> int:
-    """Milliseconds of a duration string; a bare non-negative integer is taken as milliseconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"{what}: not a duration: {text!r}")
-    if isinstance(text, int):
-        value = text
-    elif isinstance(text, str) and text.strip().isdigit():
-        value = int(text.strip())
-    else:
-        try:
-            value = parse_duration_ms(text)
-        except ValueError as err:
-            raise ValueError(f"{what}: {err}") from None
-    if value < 0:
-        raise ValueError(f"{what} must be non-negative, got {text!r}")
-    return value
+    """Milliseconds of a non-negative duration (``joins.durations`` rules); ``ValueError`` if not."""
+    return parse_duration_ms(text, what)
 
 
 def _knob(default: Any, help: str, group: str, kind: str = "", choices: tuple = (),

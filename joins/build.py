@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from attribution.config import spark_interval
-
 from .cleanup import ExpectedCleanup, SideFacts, expected_cleanup
+from .durations import spark_interval
 from .guardrails import check_join
 from .spec import (JoinSide, JoinSpecError, KeySpec, StateKeyCondition, StateValueCondition,
                    normalize_join_type, normalize_keys, validate_conditions)

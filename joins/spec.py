@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
 
-from attribution.config import parse_duration_ms
+from .durations import Duration, DurationError, parse_duration_ms
 
 # Canonical join types, and the spellings Spark accepts for each.
 JOIN_TYPES = {
@@ -33,7 +33,6 @@ _JOIN_TYPE_ALIASES = {alias: canonical for canonical, aliases in JOIN_TYPES.item
 
 STRATEGIES = ("state-key", "state-value", "mixed", "none")
 
-Duration = Union[str, int]
 KeySpec = Union[str, Tuple[str, str]]
 
 
@@ -42,23 +41,14 @@ class JoinSpecError(ValueError):
 
 
 def duration_ms(value: Optional[Duration], what: str, allow_negative: bool = False) -> Optional[int]:
-    """A duration given as ``"2 seconds"``/``"-5 minutes"`` or as integer milliseconds, in ms."""
+    """A duration given as ``"2 seconds"``/``"-5 minutes"`` or as integer milliseconds, in ms
+    (``None`` stays ``None``); a bad one raises ``JoinSpecError``."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise JoinSpecError(f"{what}: expected a duration such as '2 seconds', got {value!r}")
-    if isinstance(value, int):
-        ms = value
-    else:
-        text = str(value).strip()
-        sign = -1 if text.startswith("-") else 1
-        try:
-            ms = sign * parse_duration_ms(text.lstrip("-+"))
-        except ValueError as err:
-            raise JoinSpecError(f"{what}: {err}") from None
-    if ms < 0 and not allow_negative:
-        raise JoinSpecError(f"{what} must not be negative, got {value!r}")
-    return ms
+    try:
+        return parse_duration_ms(value, what, allow_negative)
+    except DurationError as err:
+        raise JoinSpecError(str(err)) from None
 
 
 def normalize_join_type(how: str) -> str:

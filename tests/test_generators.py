@@ -265,7 +265,7 @@ def test_same_bytes_across_processes_and_hash_seeds(tmp_path):
 # -- disorder ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed,max_delay,fmt", [
-    (1, "2 minutes", "json"), (2, "30 seconds", "parquet"), (3, "5000", "avro"),
+    (1, "2 minutes", "json"), (2, "30 seconds", "parquet"), (3, "5000 ms", "avro"),
     (4, "9 minutes", "json"), (5, "1 hour", "parquet"), (6, "0", "json"),
 ])
 def test_bounded_disorder_holds(tmp_path, seed, max_delay, fmt):
