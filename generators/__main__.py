@@ -3,4 +3,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# Guarded: a spawned helper process (generators.workers) imports this module again.
+if __name__ == "__main__":
+    sys.exit(main())

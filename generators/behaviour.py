@@ -75,7 +75,10 @@ def batch_sessions(params: GeneratorParams, rng: np.random.Generator) -> Session
 
     Each user has 1 + Poisson(mean - 1) sessions; the first starts uniformly in ``span``, the
     rest follow after exponential gaps, and a ``dormant_gap_prob`` share of gaps exceeds the
-    lookback, so some sessions fall beyond the attribution horizon of earlier ones.
+    lookback, so some sessions fall beyond the attribution horizon of earlier ones. With a
+    ``total_span``, sessions starting at or after its end are dropped (every user keeps the
+    first, which starts within ``span``) and none is moved past it (``latest_start``); the
+    caller cuts the events at the end.
     """
     n = params.users
     counts = 1 + rng.poisson(params.sessions_per_user - 1.0, n)
@@ -92,7 +95,12 @@ def batch_sessions(params: GeneratorParams, rng: np.random.Generator) -> Session
     elapsed = np.cumsum(gaps)
     start = first[user] + elapsed - np.repeat(elapsed[heads], counts)
     paid = rng.random(total) < params.paid_session_prob
-    return Sessions(user, start, paid, np.full(total, np.iinfo(np.int64).max, dtype=np.int64))
+    end = params.end_ms
+    if end is None:
+        return Sessions(user, start, paid, np.full(total, np.iinfo(np.int64).max, dtype=np.int64))
+    kept = start < end
+    return Sessions(user[kept], start[kept], paid[kept],
+                    np.full(int(kept.sum()), end - 1, dtype=np.int64))
 
 
 def block_sessions(params: GeneratorParams, rng: np.random.Generator, block_start: int,

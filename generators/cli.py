@@ -11,11 +11,14 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from joins.durations import format_duration_ms
+
 from .params import GROUPS, GeneratorParams, duration_ms, param_fields
+from .workers import PARALLEL_MIN_USERS
 
 # Knobs that only shape a finite dataset, or only the endless stream.
-BATCH_ONLY = {"files", "heartbeat", "span", "sessions_per_user", "session_gap", "dormant_gap_prob",
-              "lookback", "dedup_window"}
+BATCH_ONLY = {"files", "heartbeat", "span", "total_span", "sessions_per_user", "session_gap",
+              "dormant_gap_prob", "lookback", "dedup_window"}
 STREAM_ONLY = {"block_span", "sessions_per_block"}
 _GROUP_TITLES = {
     "dataset": "dataset",
@@ -24,8 +27,9 @@ _GROUP_TITLES = {
     "disorder": "disorder model (arrival order, lateness, redelivery)",
     "stream": "endless stream (blocks of event time)",
 }
-DURATION_HELP = ("Durations read like '90 seconds', '2 minutes', '1.5h', '3 days'; a bare number "
-                 "is milliseconds (for --duration and --file-interval: seconds).")
+DURATION_HELP = ("Durations read like '90 seconds', '2 minutes', '1.5h', '3 days': a number and "
+                 "a unit ('0' alone is zero); for --duration and --file-interval a bare number "
+                 "is seconds.")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -87,11 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = commands.add_parser(
         "generate", formatter_class=_HelpFormatter,
-        help="write a finite dataset: event files, truth, manifest, skew picture",
+        help="write a finite dataset: event files, truth, manifest, pictures",
         description="Write DIR/events/part-NNNNN.<ext> in arrival order, "
                     "DIR/truth/attributions.parquet (the batch oracle over the written files), "
-                    "DIR/manifest.json (seed, params, counts, disorder statistics, late events) "
-                    "and DIR/skew.png (event time against arrival order).\n" + DURATION_HELP)
+                    "DIR/manifest.json (seed, params, counts, event-time range, disorder "
+                    "statistics, late events), DIR/skew.png (event time against arrival order, "
+                    "whole and zoomed) and DIR/delays.png (arrival delay per source).\n"
+                    + DURATION_HELP)
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory")
     gen.add_argument("--overwrite", action="store_true",
                      help="replace a dataset already in DIR")
@@ -99,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="compute DIR/truth/attributions.parquet with the batch oracle "
                           "(the slow part on large runs)")
     gen.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True,
-                     help="draw DIR/skew.png (needs matplotlib; skipped with a note if missing)")
+                     help="draw DIR/skew.png and DIR/delays.png (needs matplotlib; skipped with "
+                          "a note if missing)")
+    gen.add_argument("--processes", type=int, default=None, metavar="N",
+                     help="processes for the pictures and the truth, this one included "
+                          f"(default: 2 from {PARALLEL_MIN_USERS:,} users on 2 or more cores, "
+                          "else 1); the output does not depend on it")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_params(gen, STREAM_ONLY)
 
@@ -120,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="one new file per interval")
     load.add_argument("--resume", action="store_true",
                       help="continue the stream already in DIR where it stopped")
+    load.add_argument("--final-heartbeat", action="store_true",
+                      help="after the last events, write a heartbeat file at the largest event "
+                           "time written + --watermark-delay + 1 ms, so that a consumer's "
+                           "watermark passes every goal and it emits them all (the stream "
+                           "cannot be resumed after it)")
+    load.add_argument("--idle-heartbeat", default=None, metavar="DURATION",
+                      help="while no file has been written for this long (a long "
+                           "--file-interval, or the end of --duration), write a heartbeat file "
+                           "every DURATION. Its time is the stream's clock, the arrival time of "
+                           "the next record, so it never makes a later record late that its "
+                           "own delay does not; a bare number is seconds")
     load.add_argument("--quiet", action="store_true", help="print only the final rate")
     _add_params(load, BATCH_ONLY)
     return parser
@@ -145,29 +167,35 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         params = _params(args)
     except ValueError as err:
         parser.error(str(err))
+    if args.processes is not None and args.processes < 1:
+        parser.error(f"--processes must be at least 1, got {args.processes}")
     started = time.perf_counter()
     try:
         result = generate(params, args.out, truth=args.truth, plot=args.plot,
-                          overwrite=args.overwrite, progress=not args.quiet)
+                          overwrite=args.overwrite, progress=not args.quiet,
+                          processes=args.processes)
     except OutputExists as err:
         parser.error(str(err))
     if not args.quiet:
         seconds = time.perf_counter() - started
         m = result.manifest
-        d = m["disorder"]
-        late = "no late events" if d["no_late_events"] else f"{d['late_count']:,} late records"
+        lines = m["summary"]
         print(f"{result.records:,} records ({m['counts']['events']:,} events, "
               f"{m['counts']['redelivered_records']:,} redelivered) in {len(result.event_files)} "
               f"{params.format} files under {result.events_dir}")
-        print(f"disorder {params.disorder}: max arrival delay {d['max_arrival_delay_ms']:,} ms, "
-              f"p99 {d['p99_arrival_delay_ms']:,} ms; {late} for a {params.watermark_delay} "
-              "watermark delay")
-        if m["truth"]:
-            print(f"truth: {m['truth']['rows']:,} goals ({m['truth']['attributed']:,} attributed, "
-                  f"{m['truth']['organic']:,} organic) in {result.truth_path}")
-        if args.plot and result.skew_png is None:
-            print("skew.png skipped: matplotlib is not installed (pip install '.[plot]')")
-        print(f"manifest: {result.out / 'manifest.json'}  ({seconds:.1f} s)")
+        if "event_time" in lines:
+            print(lines["event_time"])
+        print(lines["disorder"])
+        if "truth" in lines:
+            print(f"{lines['truth']} in {result.truth_path}")
+        if result.pictures:
+            print("pictures: " + ", ".join(str(p) for p in result.pictures))
+        elif args.plot:
+            print("pictures skipped: matplotlib is not installed (pip install '.[plot]')")
+        stages = ", ".join(f"{name} {format_duration_ms(s * 1000)}"
+                           for name, s in result.seconds.items())
+        print(f"manifest: {result.out / 'manifest.json'}  ({format_duration_ms(seconds * 1000)}: "
+              f"{stages})")
     return 0
 
 
@@ -178,8 +206,11 @@ def _stream(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         params = _params(args)
         duration = _seconds(args.duration, "--duration")
         interval = _seconds(args.file_interval, "--file-interval")
+        idle = None if args.idle_heartbeat is None else _seconds(args.idle_heartbeat,
+                                                                 "--idle-heartbeat")
         report = run_load(params, args.out, args.rate, duration, interval, resume=args.resume,
-                          log=None if args.quiet else print_progress)
+                          log=None if args.quiet else print_progress,
+                          final_heartbeat=args.final_heartbeat, idle_heartbeat_s=idle)
     except (ValueError, StreamDirError) as err:
         parser.error(str(err))
     print(report.summary())

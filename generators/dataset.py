@@ -5,9 +5,14 @@
 * ``events/part-00000.<ext>`` ...: the records in arrival order, split into ``params.files``
   files (and, with ``params.heartbeat``, one more file holding a single heartbeat);
 * ``truth/attributions.parquet``: the batch oracle over the events *read back from those
-  files*, so the truth is exactly what a reader of the files should get;
-* ``manifest.json``: seed, parameters, counts, disorder statistics, late records;
-* ``skew.png``: event time against arrival order (when matplotlib is installed).
+  files*, so the truth is exactly what a reader of the files should get (``generators.truth``);
+* ``manifest.json``: seed, parameters, counts, event-time range, disorder statistics, late
+  records, and a summary in human units;
+* ``skew.png`` and ``delays.png``: event time against arrival order, whole and zoomed, and the
+  arrival-delay distribution per source (when matplotlib is installed; ``generators.skew``).
+
+A large run uses two processes (``generators.workers``): a spawned helper draws the pictures
+while this process writes the files, then each takes a share of the users for the truth.
 
 Tests, the benchmark and the jobs' examples all call this module rather than the CLI.
 """
@@ -22,25 +27,28 @@ from typing import Optional
 
 import networkx as nx
 import numpy as np
+import pyarrow as pa
 from tqdm import tqdm
 
-from attribution.core import Attribution
-from attribution.io import data_files, read_events, write_attributions
-from attribution.oracle import attribute_batch
+from attribution.io import data_files
 
 from . import manifest as manifest_mod
-from .behaviour import EventColumns, Sessions, batch_sessions, sessions_to_events
-from .disorder import (SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, file_watermarks,
-                       late_mask)
+from .behaviour import IMPRESSION, EventColumns, Sessions, batch_sessions, sessions_to_events
+from .disorder import (SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, delay_bound_ms,
+                       file_watermarks, late_mask)
 from .params import GeneratorParams
 from .site import SiteArrays, build_site, to_arrays, user_ids
-from .skew import plot_skew
+from .skew import DELAYS_FILE, SKEW_FILE, DisorderPicture, draw_pictures
+from .truth import compute_truth, write_truth
+from .workers import processes_for, start_helpers
 from .writers import Vocabulary, heartbeat_record, id_array, part_name, write_events_file
 
 EVENTS_DIR = "events"
 TRUTH_FILE = Path("truth") / "attributions.parquet"
 MANIFEST_FILE = "manifest.json"
-SKEW_FILE = "skew.png"
+# The zoomed skew panel spans this many times the larger of the disorder bound and the
+# watermark delay: wide enough to show the bound, narrow enough that it is not a line.
+ZOOM_FACTOR = 4
 # Independent random streams, so that e.g. a disorder knob never changes the events themselves.
 _BEHAVIOUR_STREAM, _DISORDER_STREAM = 1, 2
 
@@ -84,6 +92,20 @@ class Dataset:
         late = np.concatenate(self.late_masks(lag_batches))
         return id_array(self.events.seq[self.arrival.rows[late]]).to_pylist()
 
+    def picture(self, late: np.ndarray, watermarks: np.ndarray) -> DisorderPicture:
+        """What ``skew.png`` and ``delays.png`` show, given the late mask and file watermarks."""
+        p = self.params
+        bound = delay_bound_ms(p)
+        late_total = int(late.sum())
+        title = (f"{p.disorder} disorder, seed {p.seed}: {len(late):,} records, "
+                 f"{late_total:,} late for a {p.watermark_delay} watermark delay")
+        return DisorderPicture(
+            arrival_ts=self.arrival_ts(), late=late,
+            is_impression=self.events.kind[self.arrival.rows] == IMPRESSION,
+            file_edges=self.arrival.file_edges, watermarks=watermarks,
+            watermark_delay_ms=p.watermark_delay_ms, bound_ms=bound,
+            zoom_ms=ZOOM_FACTOR * max(bound or 0, p.watermark_delay_ms, 1), title=title)
+
     @property
     def heartbeat_ts(self) -> Optional[int]:
         """Last event time + watermark delay + 1 ms: enough for the watermark to pass every goal."""
@@ -100,9 +122,17 @@ class GenerationResult:
     dataset: Dataset
     event_files: list[Path]
     manifest: dict
-    truth: Optional[list[Attribution]] = None
-    skew_png: Optional[Path] = None
+    truth: Optional[pa.Table] = None          # the truth rows as written (output schema)
+    pictures: list[Path] = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
+
+    @property
+    def skew_png(self) -> Optional[Path]:
+        return next((p for p in self.pictures if p.name == SKEW_FILE), None)
+
+    @property
+    def delays_png(self) -> Optional[Path]:
+        return next((p for p in self.pictures if p.name == DELAYS_FILE), None)
 
     @property
     def events_dir(self) -> Path:
@@ -125,6 +155,8 @@ def build(params: GeneratorParams) -> Dataset:
     behaviour_rng = np.random.Generator(np.random.PCG64([params.seed, _BEHAVIOUR_STREAM]))
     sessions = batch_sessions(params, behaviour_rng)
     events = sessions_to_events(params, site, sessions, behaviour_rng)
+    if params.end_ms is not None:  # --total-span: sessions running past the end are cut there
+        events = events.take(np.nonzero(events.ts < params.end_ms)[0])
     disorder_rng = np.random.Generator(np.random.PCG64([params.seed, _DISORDER_STREAM]))
     arrival = arrange(params, events.ts, events.kind, disorder_rng)
     return Dataset(params, graph, site, vocab, sessions, events, arrival)
@@ -138,7 +170,7 @@ def _prepare_out(out: Path, overwrite: bool) -> Path:
                            "choose another directory or pass --overwrite")
     if events_dir.exists():
         shutil.rmtree(events_dir)
-    for stale in (out / TRUTH_FILE, out / MANIFEST_FILE, out / SKEW_FILE,
+    for stale in (out / TRUTH_FILE, out / MANIFEST_FILE, out / SKEW_FILE, out / DELAYS_FILE,
                   out / manifest_mod.LATE_IDS_FILE):
         if stale.exists():
             stale.unlink()
@@ -147,26 +179,55 @@ def _prepare_out(out: Path, overwrite: bool) -> Path:
 
 
 def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = True,
-             overwrite: bool = False, progress: bool = False) -> GenerationResult:
-    """Generate a dataset and write events, truth, manifest and picture under ``out``.
+             overwrite: bool = False, progress: bool = False,
+             processes: Optional[int] = None) -> GenerationResult:
+    """Generate a dataset and write events, truth, manifest and pictures under ``out``.
 
-    Raises ``OutputExists`` when ``out`` already holds a dataset and ``overwrite`` is false.
+    :param params: the generator's parameters.
+    :param out: the output directory.
+    :param truth: compute ``truth/attributions.parquet`` (the slow part of a large run).
+    :param plot: draw ``skew.png`` and ``delays.png`` (skipped when matplotlib is missing).
+    :param overwrite: replace a dataset already in ``out``.
+    :param progress: a progress bar and notes on stderr.
+    :param processes: processes to use, this one included; ``None`` picks two for a large run
+        on two or more cores (``workers.processes_for``). The output does not depend on it.
+    :raises OutputExists: when ``out`` already holds a dataset and ``overwrite`` is false.
     """
     out = Path(out)
     events_dir = _prepare_out(out, overwrite)
+    processes = processes_for(params.users, processes) if truth or plot else 1
+    helper_modules = (("generators.skew", "matplotlib.figure") if plot else ()) + \
+        (("generators.truth",) if truth else ())
+    pool = start_helpers(processes, helper_modules)
+    try:
+        return _generate(params, out, events_dir, truth, plot, progress, processes, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _generate(params: GeneratorParams, out: Path, events_dir: Path, truth: bool, plot: bool,
+              progress: bool, processes: int, pool) -> GenerationResult:
     seconds = {}
     started = time.perf_counter()
     dataset = build(params)
     seconds["build"] = time.perf_counter() - started
 
-    started = time.perf_counter()
     slices = dataset.arrival.file_slices()
+    watermarks = file_watermarks(dataset.file_ts(), params.watermark_delay_ms)
+    masks = dataset.late_masks()
+    picture = None
+    if plot:
+        picture = dataset.picture(np.concatenate(masks) if masks else np.empty(0, bool),
+                                  watermarks)
+    # The helper draws while this process writes the files.
+    pictures_future = pool.submit(draw_pictures, picture, out) if plot and pool else None
+
+    started = time.perf_counter()
     n_files = len(slices) + (1 if params.heartbeat else 0)
     # Spark's file source orders new files by modification time (milliseconds); give each
     # file its own second, in name order, so a stream replays them in arrival order.
     first_mtime = (time.time_ns() // 1_000_000_000 - n_files) * 1_000_000_000
-    watermarks = file_watermarks(dataset.file_ts(), params.watermark_delay_ms)
-    masks = dataset.late_masks()
     files, paths = [], []
     for k in tqdm(range(len(slices)), desc="writing event files", unit="file", file=sys.stderr,
                   disable=not progress):
@@ -189,17 +250,19 @@ def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = T
         paths.append(path)
     seconds["write"] = time.perf_counter() - started
 
-    rows = None
+    table = None
     truth_summary = None
     if truth:
         started = time.perf_counter()
         if progress:
-            print(f"computing the truth over {len(dataset.events):,} events ...", file=sys.stderr)
-        rows = attribute_batch(read_events(events_dir), params.attribution_config())
-        write_attributions(rows, out / TRUTH_FILE)
-        attributed = sum(1 for r in rows if not r.organic)
-        truth_summary = {"path": TRUTH_FILE.as_posix(), "rows": len(rows), "attributed": attributed,
-                         "organic": len(rows) - attributed,
+            print(f"computing the truth over {len(dataset.arrival.rows):,} records "
+                  f"({processes} process{'es' if processes > 1 else ''}) ...", file=sys.stderr)
+        table = compute_truth(events_dir, params.format, params.attribution_config(), pool,
+                              processes)
+        write_truth(table, out / TRUTH_FILE)
+        organic = table.column("impression_id").null_count
+        truth_summary = {"path": TRUTH_FILE.as_posix(), "rows": table.num_rows,
+                         "attributed": table.num_rows - organic, "organic": organic,
                          "sha256": manifest_mod.sha256_of(out / TRUTH_FILE)}
         seconds["truth"] = time.perf_counter() - started
 
@@ -209,17 +272,12 @@ def generate(params: GeneratorParams, out, *, truth: bool = True, plot: bool = T
                                            heartbeat)
     manifest_mod.write_manifest(manifest, out, late_ids)
 
-    png = None
+    pictures: list[Path] = []
     if plot:
         started = time.perf_counter()
-        late = np.concatenate(masks) if masks else np.empty(0, bool)
-        title = (f"{params.disorder} disorder, seed {params.seed}: {len(late):,} records, "
-                 f"{int(late.sum()):,} late for a {params.watermark_delay} watermark delay")
-        if plot_skew(dataset.arrival_ts(), late, dataset.arrival.file_edges, watermarks,
-                     out / SKEW_FILE, title):
-            png = out / SKEW_FILE
-        seconds["plot"] = time.perf_counter() - started
-    return GenerationResult(out, dataset, paths, manifest, rows, png, seconds)
+        pictures = pictures_future.result() if pictures_future else draw_pictures(picture, out)
+        seconds["plot"] = time.perf_counter() - started  # waited for, when the helper drew
+    return GenerationResult(out, dataset, paths, manifest, table, pictures, seconds)
 
 
 def _file_entry(path: Path, ts: np.ndarray, watermark: int, late: int) -> dict:

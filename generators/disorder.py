@@ -30,7 +30,7 @@ disorder with ``B < D`` has no late record under either: every record then arriv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -73,6 +73,16 @@ def delays(params: GeneratorParams, kind: np.ndarray, rng: np.random.Generator) 
         scale = params.ms("tail_scale")
         return np.minimum(np.round(scale * rng.pareto(params.tail_alpha, n)), 2 ** 50).astype(np.int64)
     raise ValueError(f"unknown disorder model {params.disorder!r}")
+
+
+def delay_bound_ms(params: GeneratorParams) -> Optional[int]:
+    """The most a record's transport delay can be under the chosen model (``None`` for the
+    heavy tail, which has no bound). Records made late on purpose are outside it."""
+    if params.disorder == "bounded":
+        return params.ms("max_delay")
+    if params.disorder == "per-source":
+        return max(params.ms("impression_lag"), params.ms("visit_lag")) + params.ms("lag_jitter")
+    return None
 
 
 def arrival_order(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,

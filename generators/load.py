@@ -5,6 +5,14 @@ A running streaming job reads the directory as a file stream. Each file holds th
 the timing is wall-clock), is written under a hidden temporary name and renamed into place, so
 the job never sees a partial file. The position reached is saved in ``_streamgen_state.json``
 (underscore-prefixed: Spark and ``attribution.io`` skip it), which ``resume`` continues from.
+
+Heartbeats, each a file of one ``heartbeat`` record, move a consumer's watermark when events do
+not. ``final_heartbeat`` closes the run with one at the largest event time written + the
+watermark delay + 1 ms: the watermark then passes every goal written, so the consumer emits them
+all (and the stream cannot be resumed: its next records would be late). ``idle_heartbeat_s``
+writes one whenever no file has been written for that long; its time is the stream's clock
+(``EventStream.arrival_time``), so it never takes the watermark past a record still to come by
+more than that record's own delay.
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from typing import Callable, Optional
 
 from .params import GeneratorParams
 from .stream import Position, stream_for
-from .writers import EXTENSIONS, atomic_write, part_name, write_events_file
+from .writers import EXTENSIONS, atomic_write, heartbeat_record, part_name, write_events_file
 
 STATE_FILE = "_streamgen_state.json"
 
@@ -28,25 +36,42 @@ class StreamDirError(Exception):
 
 @dataclass
 class LoadReport:
+    """What a load run wrote: event files, events, heartbeat files, over how long."""
+
     files: int
     records: int
     seconds: float
     target_rate: float
+    heartbeats: int = 0
 
     @property
     def achieved_rate(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
     def summary(self) -> str:
-        return (f"wrote {self.records:,} events in {self.files:,} files over {self.seconds:.2f} s: "
-                f"achieved {self.achieved_rate:,.0f} events/s (target {self.target_rate:,.0f})")
+        beats = (f" (+{self.heartbeats:,} heartbeat file{'s' if self.heartbeats > 1 else ''})"
+                 if self.heartbeats else "")
+        return (f"wrote {self.records:,} events in {self.files:,} files{beats} over "
+                f"{self.seconds:.2f} s: achieved {self.achieved_rate:,.0f} events/s "
+                f"(target {self.target_rate:,.0f})")
 
 
 def _existing_parts(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("part-*") if p.suffix in EXTENSIONS.values())
 
 
-def _load_state(out: Path, params: GeneratorParams) -> tuple[Position, int]:
+@dataclass
+class _State:
+    """Where a stream directory stands: the next position and file number, the largest event
+    time written, and the final heartbeat's time once the stream is closed."""
+
+    position: Position
+    next_file: int
+    max_ts_ms: Optional[int] = None
+    closed_at_ms: Optional[int] = None
+
+
+def _load_state(out: Path, params: GeneratorParams) -> _State:
     path = out / STATE_FILE
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
@@ -57,18 +82,45 @@ def _load_state(out: Path, params: GeneratorParams) -> tuple[Position, int]:
     if state.get("params") != params.to_dict():
         raise StreamDirError(f"cannot resume: {out} was written with different parameters; "
                              "use the same options as the first run, or a new directory")
-    return Position.from_offset(state["position"]), int(state["next_file"])
+    if state.get("final_heartbeat_ts_ms") is not None:
+        raise StreamDirError(f"cannot resume: {out} was closed by a final heartbeat, which made "
+                             "every later record late; use a new directory")
+    return _State(Position.from_offset(state["position"]), int(state["next_file"]),
+                  state.get("max_ts_ms"))
+
+
+def _save_state(out: Path, params: GeneratorParams, state: _State) -> None:
+    body = {"params": params.to_dict(), "position": state.position.to_offset(),
+            "next_file": state.next_file, "max_ts_ms": state.max_ts_ms,
+            "final_heartbeat_ts_ms": state.closed_at_ms}
+    atomic_write(out / STATE_FILE,
+                 lambda p: p.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8"))
 
 
 def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
              file_interval_s: float = 1.0, resume: bool = False,
              log: Optional[Callable[[str], None]] = None,
-             sleep: Callable[[float], None] = time.sleep) -> LoadReport:
+             sleep: Callable[[float], None] = time.sleep,
+             final_heartbeat: bool = False, idle_heartbeat_s: Optional[float] = None,
+             clock: Callable[[], float] = time.monotonic) -> LoadReport:
     """Write ``rate`` events per second into ``out`` for ``duration_s`` seconds.
 
     One file every ``file_interval_s``; the run lasts at least ``duration_s`` so the achieved
     rate is comparable with the target. Raises ``StreamDirError`` when ``out`` already holds
-    part files and ``resume`` is false.
+    part files and ``resume`` is false, or when resuming a stream closed by a final heartbeat.
+
+    :param params: the stream's parameters (``generators.stream``).
+    :param out: the directory a streaming job reads.
+    :param rate: target events per second.
+    :param duration_s: how long to keep writing, in seconds.
+    :param file_interval_s: one new file per this many seconds.
+    :param resume: continue the stream already in ``out``.
+    :param log: called with one line per file written.
+    :param sleep: how to wait (tests pass a fake).
+    :param final_heartbeat: end with a heartbeat that flushes every goal written (module doc).
+    :param idle_heartbeat_s: write a heartbeat whenever no file has been written for this many
+        seconds (module doc); ``None``: never.
+    :param clock: the monotonic clock ``sleep`` advances (tests pass a fake pair).
     """
     if rate <= 0:
         raise ValueError(f"--rate must be positive, got {rate}")
@@ -76,44 +128,80 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
         raise ValueError(f"--duration must be positive, got {duration_s}")
     if file_interval_s <= 0:
         raise ValueError(f"--file-interval must be positive, got {file_interval_s}")
+    if idle_heartbeat_s is not None and idle_heartbeat_s <= 0:
+        raise ValueError(f"--idle-heartbeat must be positive, got {idle_heartbeat_s}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if resume:
-        position, next_file = _load_state(out, params)
+        state = _load_state(out, params)
     else:
         if _existing_parts(out):
             raise StreamDirError(f"{out} already holds event files; pass --resume to continue "
                                  "that stream, or choose an empty directory")
-        position, next_file = Position(), 0
+        state = _State(Position(), 0)
     per_file = max(1, round(rate * file_interval_s))
     stream = stream_for(params)
-    started = time.monotonic()
-    written_files = written_records = 0
+    if state.max_ts_ms is None and state.position.events:
+        # A state written before the largest event time was kept: the clock bounds it.
+        state.max_ts_ms = stream.arrival_time(state.position)
+    started = clock()
+    written_files = written_records = heartbeats = 0
+    last_write = started
+
+    def write_heartbeat(ts_ms: int, why: str) -> None:
+        nonlocal heartbeats, last_write
+        path = out / part_name(state.next_file, params.format)
+        write_events_file(path, params.format, None, stream.vocab, params.seed,
+                          heartbeat=heartbeat_record(ts_ms, state.next_file))
+        state.next_file += 1
+        heartbeats += 1
+        last_write = clock()
+        _save_state(out, params, state)
+        if log:
+            log(f"{path.name}: {why} heartbeat")
+
+    def wait_until(deadline: float) -> None:
+        """Sleep until ``deadline``, with an idle heartbeat whenever one is due."""
+        if idle_heartbeat_s is None:
+            wait = deadline - clock()
+            if wait > 0:
+                sleep(wait)
+            return
+        while True:
+            now = clock()
+            if now >= deadline:
+                return
+            if now - last_write >= idle_heartbeat_s:
+                write_heartbeat(stream.arrival_time(state.position), "idle")
+                continue
+            sleep(min(deadline, last_write + idle_heartbeat_s) - now)
+
     while True:
         due = started + written_files * file_interval_s
         # Stop at the end of the duration even when writing cannot keep up with the rate.
-        if due - started >= duration_s or time.monotonic() - started >= duration_s:
+        if due - started >= duration_s or clock() - started >= duration_s:
             break
-        wait = due - time.monotonic()
-        if wait > 0:
-            sleep(wait)
-        events, position = stream.read(position, per_file)
-        path = out / part_name(next_file, params.format)
+        wait_until(due)
+        events, state.position = stream.read(state.position, per_file)
+        path = out / part_name(state.next_file, params.format)
         write_events_file(path, params.format, events, stream.vocab, params.seed)
-        next_file += 1
+        if len(events):
+            top = int(events.ts.max())
+            state.max_ts_ms = top if state.max_ts_ms is None else max(state.max_ts_ms, top)
+        state.next_file += 1
         written_files += 1
         written_records += len(events)
-        state = {"params": params.to_dict(), "position": position.to_offset(),
-                 "next_file": next_file}
-        atomic_write(out / STATE_FILE,
-                     lambda p: p.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8"))
+        last_write = clock()
+        _save_state(out, params, state)
         if log:
             log(f"{path.name}: {len(events):,} events ({written_records:,} in total)")
     # Stay until the end of the last interval, so the rate reflects the whole duration.
-    remaining = started + duration_s - time.monotonic()
-    if remaining > 0:
-        sleep(remaining)
-    return LoadReport(written_files, written_records, time.monotonic() - started, rate)
+    wait_until(started + duration_s)
+    if final_heartbeat:
+        top = state.max_ts_ms if state.max_ts_ms is not None else params.start_ms
+        state.closed_at_ms = top + params.watermark_delay_ms + 1
+        write_heartbeat(state.closed_at_ms, "final")
+    return LoadReport(written_files, written_records, clock() - started, rate, heartbeats)
 
 
 def print_progress(message: str) -> None:

@@ -1,10 +1,15 @@
 """The manifest: what a generator run produced and how disordered it is.
 
 ``manifest.json`` records the seed and every parameter, counts by kind, the site's shape, the
-disorder statistics (maximum and p99 arrival delay, and the late records for the chosen
-watermark delay, with ``no_late_events`` as a plain boolean), one entry per file with its
-checksum, and a summary of the truth. It holds nothing run-dependent (no clock, no absolute
-path), so it is as reproducible as the data. Long late lists go to ``late_event_ids.txt``.
+event-time range, the disorder statistics (maximum and p99 arrival delay, overall and per
+source, and the late records for the chosen watermark delay, with ``no_late_events`` as a plain
+boolean), one entry per file with its checksum, and a summary of the truth. It holds nothing
+run-dependent (no clock, no absolute path), so it is as reproducible as the data. Long late
+lists go to ``late_event_ids.txt``.
+
+Machine-readable durations and times are integers whose key names the unit (``..._ms``: epoch or
+duration milliseconds); ``summary`` says the same for people, in human units
+(``joins.durations.format_duration_ms``), and is what the CLI prints.
 """
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+
+from attribution.events import ms_to_iso
+from joins.durations import format_duration_ms
 
 from .behaviour import IMPRESSION, VISIT
 
@@ -104,6 +112,51 @@ def site_summary(dataset) -> dict:
     }
 
 
+def _quantile(values: np.ndarray, q: float) -> int:
+    return int(np.percentile(values, q, method="higher")) if len(values) else 0
+
+
+def delay_stats(lag: np.ndarray) -> dict:
+    """Records, median, p99 and maximum of some records' arrival delays (milliseconds)."""
+    return {"records": int(len(lag)), "p50_ms": _quantile(lag, 50), "p99_ms": _quantile(lag, 99),
+            "max_ms": int(lag.max()) if len(lag) else 0}
+
+
+def event_time_range(ts: np.ndarray) -> dict:
+    """First and last event time and the span between them."""
+    if not len(ts):
+        return {"first_ms": None, "last_ms": None, "span_ms": 0}
+    first, last = int(ts.min()), int(ts.max())
+    return {"first_ms": first, "last_ms": last, "first": ms_to_iso(first),
+            "last": ms_to_iso(last), "span_ms": last - first}
+
+
+def _when(ms: int) -> str:
+    """``2024-01-01 00:00`` (UTC, to the minute): how a person reads a timestamp."""
+    return ms_to_iso(ms)[:16].replace("T", " ")
+
+
+def summary(manifest: dict) -> dict:
+    """One line each for people, in human units: event time, disorder, truth (when computed)."""
+    params, d, span = manifest["params"], manifest["disorder"], manifest["event_time"]
+    lines = {}
+    if span["first_ms"] is not None:
+        lines["event_time"] = (f"event time {_when(span['first_ms'])} to {_when(span['last_ms'])} "
+                               f"UTC ({format_duration_ms(span['span_ms'])})")
+    by_source = ", ".join(f"{name}s {format_duration_ms(s['p99_ms'])}"
+                          for name, s in d["arrival_delay_by_source"].items() if s["records"])
+    late = ("no late events" if d["no_late_events"] else f"{d['late_count']:,} late records")
+    lines["disorder"] = (f"disorder {d['model']}: max arrival delay "
+                         f"{format_duration_ms(d['max_arrival_delay_ms'])}, p99 "
+                         f"{format_duration_ms(d['p99_arrival_delay_ms'])} (p99 by source: "
+                         f"{by_source}); {late} for a {params['watermark_delay']} watermark delay")
+    truth = manifest["truth"]
+    if truth:
+        lines["truth"] = (f"truth: {truth['rows']:,} goals ({truth['attributed']:,} attributed, "
+                          f"{truth['organic']:,} organic)")
+    return lines
+
+
 def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late: int,
                    truth: Optional[dict], heartbeat: Optional[dict]) -> dict:
     """The manifest as a dict; ``files`` are per-file entries, ``late_ids`` the late records'
@@ -111,11 +164,14 @@ def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late:
     current-watermark reading counts (see ``disorder.late_mask``)."""
     params = dataset.params
     lag = dataset.arrival_lag()
+    kind = dataset.events.kind[dataset.arrival.rows]
     disorder = {
         "model": params.disorder,
         "arrival_delay_meaning": ARRIVAL_DELAY_MEANING,
         "max_arrival_delay_ms": int(lag.max()) if len(lag) else 0,
-        "p99_arrival_delay_ms": int(np.percentile(lag, 99, method="higher")) if len(lag) else 0,
+        "p99_arrival_delay_ms": _quantile(lag, 99),
+        "arrival_delay_by_source": {"impression": delay_stats(lag[kind == IMPRESSION]),
+                                    "visit": delay_stats(lag[kind == VISIT])},
         "watermark_delay_ms": params.watermark_delay_ms,
         "late_rule": LATE_RULE,
         "late_requested": int(dataset.arrival.requested_late),
@@ -128,7 +184,7 @@ def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late:
         disorder["late_event_ids"] = late_ids
     else:
         disorder["late_event_ids_file"] = LATE_IDS_FILE
-    return {
+    manifest = {
         "manifest_version": MANIFEST_VERSION,
         "generator": "generators (streamgen)",
         "seed": params.seed,
@@ -136,11 +192,14 @@ def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late:
         "library_versions": library_versions(),
         "site": site_summary(dataset),
         "counts": event_counts(dataset),
+        "event_time": event_time_range(dataset.events.ts),
         "disorder": disorder,
         "files": files,
         "heartbeat": heartbeat,
         "truth": truth,
     }
+    manifest["summary"] = summary(manifest)
+    return manifest
 
 
 def write_manifest(manifest: dict, out: Path, late_ids: list[str]) -> Path:

@@ -3,15 +3,16 @@
 ``GeneratorParams`` is the single source of truth for the generator's parameters: the library
 API (``generators.dataset.generate``), the CLI (whose ``--help`` is built from the field
 metadata below), the load mode and the Spark source all read it. Durations are human strings
-(``"2 minutes"``, ``"30s"``; a bare number means milliseconds) so that manifests stay readable;
-the ``*_ms`` helpers convert them. Lookback, dedup window and watermark delay default to
+(``"2 minutes"``, ``"30s"``; text needs a unit, a bare ``"0"`` aside; an ``int`` from code is
+milliseconds), parsed by ``joins.durations``, so that manifests stay readable; the ``*_ms``
+helpers convert them. Lookback, dedup window and watermark delay default to
 ``attribution.config``.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
                                 parse_duration_ms)
@@ -20,6 +21,8 @@ from attribution.events import InvalidEvent, ts_to_ms
 FORMATS = ("json", "parquet", "avro")
 DISORDER_MODELS = ("bounded", "per-source", "heavy-tail")
 GROUPS = ("dataset", "site", "behaviour", "disorder", "stream")
+# The value of an open-ended duration knob (``total_span``) that sets no bound.
+UNLIMITED = "unlimited"
 
 
 def duration_ms(text: Any, what: str = "duration") -> int:
@@ -28,11 +31,13 @@ def duration_ms(text: Any, what: str = "duration") -> int:
 
 
 def _knob(default: Any, help: str, group: str, kind: str = "", choices: tuple = (),
-          **bounds: float) -> Any:
+          open_ended: bool = False, **bounds: float) -> Any:
     """A dataclass field carrying its CLI help, group, kind (``duration``/``probability``/...)
-    and numeric bounds, so one declaration drives defaults, validation and ``--help``."""
+    and numeric bounds, so one declaration drives defaults, validation and ``--help``.
+    An ``open_ended`` duration also accepts ``UNLIMITED``."""
     return field(default=default, metadata={"help": help, "group": group, "kind": kind,
-                                            "choices": choices, **bounds})
+                                            "choices": choices, "open_ended": open_ended,
+                                            **bounds})
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,16 @@ class GeneratorParams:
                             "dataset")
     start: str = _knob("2024-01-01T00:00:00Z", "earliest session start (ISO-8601, UTC)",
                        "dataset", kind="timestamp")
-    span: str = _knob("60 days", "first sessions of users start uniformly within this span",
-                      "dataset", kind="duration")
+    span: str = _knob("60 days", "when users start: each user's first session starts at a "
+                      "uniform time within this span after --start. It does not bound the "
+                      "events: later sessions follow --session-gap apart (--dormant-gap-prob of "
+                      "the gaps longer than --lookback), so with the defaults events run about a "
+                      "year past it; --total-span bounds them", "dataset", kind="duration")
+    total_span: str = _knob(UNLIMITED, "bound on all event time: no event at or after --start + "
+                            "this; sessions that would start later are dropped and a session "
+                            "running past it is cut there. Must be longer than --span. "
+                            f"'{UNLIMITED}': later sessions run on", "dataset", kind="duration",
+                            open_ended=True)
     lookback: str = _knob(DEFAULT_LOOKBACK, "attribution lookback used for the truth file and for "
                           "the length of dormant gaps", "dataset", kind="duration")
     dedup_window: str = _knob(DEFAULT_DEDUP_WINDOW, "impression dedup window used for the truth "
@@ -162,7 +175,8 @@ class GeneratorParams:
             if expected is str and not isinstance(value, str) and meta["kind"] != "duration":
                 raise ValueError(f"{option} must be a string, got {value!r}")
             if meta["kind"] == "duration":
-                duration_ms(value, option)
+                if not (meta["open_ended"] and value == UNLIMITED):
+                    duration_ms(value, option)
             elif meta["kind"] == "timestamp":
                 try:
                     ts_to_ms(value)
@@ -187,6 +201,10 @@ class GeneratorParams:
             raise ValueError("--dedup-window must be positive")
         if self.block_span_ms <= 0:
             raise ValueError("--block-span must be positive")
+        total = self.total_span_ms
+        if total is not None and total <= self.ms("span"):
+            raise ValueError(f"--total-span ({self.total_span}) must be longer than --span "
+                             f"({self.span}), within which first sessions start; lower --span too")
 
     # -- derived values ----------------------------------------------------------------------------
     def ms(self, name: str) -> int:
@@ -196,6 +214,17 @@ class GeneratorParams:
     @property
     def start_ms(self) -> int:
         return ts_to_ms(self.start)
+
+    @property
+    def total_span_ms(self) -> Optional[int]:
+        """The bound on event time after ``start``, or ``None`` when unlimited."""
+        return None if self.total_span == UNLIMITED else self.ms("total_span")
+
+    @property
+    def end_ms(self) -> Optional[int]:
+        """No event at or after this time (``None``: no bound)."""
+        total = self.total_span_ms
+        return None if total is None else self.start_ms + total
 
     @property
     def lookback_ms(self) -> int:

@@ -1,56 +1,195 @@
-"""The skew picture: event time against arrival order, as in the Dataflow paper's figures.
+"""The dataset's pictures of its disorder: ``skew.png`` and ``delays.png``.
 
-Each record is a dot at (arrival position, event time); an ordered stream would be a rising
-line, disorder shows as dots below the running maximum. The staircase is the watermark each
-file's rows are judged against, and late records are red. matplotlib is an optional extra: ``plot_skew`` returns
-False when it is missing. The object-oriented API is used (no pyplot), so no global state is
-touched, and the PNG carries no software-version metadata.
+``skew.png`` has two panels of event time against arrival order, as in the Dataflow paper's
+figures. Each record is a dot at (arrival position, event time); an ordered stream would be a
+rising line, disorder shows as dots below the running maximum. The green staircase is the
+watermark each file's rows are judged against, which is the watermark of the batch before
+(``disorder.late_mask``), and late records are red. The top panel is the whole run; over months a
+2-minute bound and a heavy tail both look like a line, so the bottom panel zooms into the
+busiest stretch whose event time spans ``zoom_ms`` (a few times the disorder bound), where they
+differ. Records too old for the zoom's scale sit on its bottom edge as triangles.
+
+``delays.png`` is the distribution of arrival delay (how far behind the maximum event time seen
+a record arrives) for impressions and for visits, on a log axis: a histogram and the share of
+records delayed more than a given time, with the watermark delay (and the model's bound) marked.
+
+matplotlib is an optional extra: ``draw_pictures`` returns no paths when it is missing. The
+object-oriented API is used (no pyplot), so no global state is touched, and the PNGs carry no
+software-version metadata. ``draw_pictures`` takes plain arrays so that it can run in a helper
+process (``generators.workers``) while the main one writes files.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
+from joins.durations import format_duration_ms
+
+SKEW_FILE = "skew.png"
+DELAYS_FILE = "delays.png"
 _MAX_POINTS = 200_000
+_WATERMARK_LABEL = "watermark each file is judged by: the previous file's batch's (late: at or below)"
 
 
-def plot_skew(arrival_ts: np.ndarray, late: np.ndarray, file_edges: np.ndarray,
-              watermarks: np.ndarray, path: Path, title: str) -> bool:
-    """Draw the picture to ``path``; False when matplotlib is not installed."""
+@dataclass
+class DisorderPicture:
+    """What the pictures show, as plain arrays (picklable, no dataset objects).
+
+    :param arrival_ts: event time (epoch ms) of every record, in arrival order.
+    :param is_impression: per record, whether it is an impression (else a visit).
+    :param late: per record, whether Spark's rule drops it as late.
+    :param file_edges: record positions where files start, and the end.
+    :param watermarks: per file, the watermark its records are judged by.
+    :param watermark_delay_ms: the watermark delay ``D``.
+    :param zoom_ms: the event-time width of the zoomed panel.
+    :param bound_ms: the disorder model's bound on arrival delay, if it has one.
+    :param title: the pictures' title.
+    """
+
+    arrival_ts: np.ndarray
+    is_impression: np.ndarray
+    late: np.ndarray
+    file_edges: np.ndarray
+    watermarks: np.ndarray
+    watermark_delay_ms: int
+    zoom_ms: int
+    bound_ms: Optional[int]
+    title: str
+
+
+def draw_pictures(picture: DisorderPicture, out_dir) -> list[Path]:
+    """Draw ``skew.png`` and ``delays.png`` into ``out_dir``; return their paths (none when
+    matplotlib is not installed)."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     except ImportError:
-        return False
-    n = len(arrival_ts)
-    # Keep every late record and thin the rest, so big runs still plot fast.
-    stride = max(1, n // _MAX_POINTS)
-    keep = np.zeros(n, dtype=bool)
-    keep[::stride] = True
-    keep |= late
-    position = np.arange(n)
-    event_time = arrival_ts.astype("datetime64[ms]")
-    fig = Figure(figsize=(10, 5.5))
+        return []
+    out_dir = Path(out_dir)
+    return [_draw_skew(picture, out_dir / SKEW_FILE), _draw_delays(picture, out_dir / DELAYS_FILE)]
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    on_time = keep & ~late
-    ax.scatter(position[on_time], event_time[on_time], s=2, color="tab:blue", label="record")
-    if late.any():
-        ax.scatter(position[late], event_time[late], s=6, color="tab:red", label="late record")
-    if n:
-        ax.plot(position, np.maximum.accumulate(arrival_ts).astype("datetime64[ms]"),
-                color="black", linewidth=0.8, label="max event time seen")
-    has_mark = watermarks > 0  # 0 is Spark's initial watermark: nothing is late yet
-    for k in np.nonzero(has_mark)[0]:
-        lo, hi = int(file_edges[k]), int(file_edges[k + 1])
-        mark = np.datetime64(int(watermarks[k]), "ms")
-        ax.hlines(mark, lo, max(hi - 1, lo), color="tab:green", linewidth=1.2,
-                  label="watermark" if k == np.nonzero(has_mark)[0][0] else None)
-    ax.set_xlabel("arrival order (record number)")
-    ax.set_ylabel("event time (UTC)")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize="small")
+    return fig, fig.subplots(rows, cols, squeeze=False).ravel()
+
+
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
-    return True
+    return path
+
+
+def zoom_window(arrival_ts: np.ndarray, width_ms: int) -> tuple[int, int]:
+    """The arrival positions ``[lo, hi)`` of the busiest stretch over which the maximum event
+    time seen rises by at most ``width_ms``: the most records, the earliest on ties."""
+    if not len(arrival_ts):
+        return 0, 0
+    top = np.maximum.accumulate(arrival_ts)
+    ends = np.searchsorted(top, top + max(width_ms, 1), side="left")
+    lo = int(np.argmax(ends - np.arange(len(top))))
+    return lo, int(ends[lo])
+
+
+def _draw_skew(p: DisorderPicture, path: Path) -> Path:
+    fig, (whole, zoom) = _figure(10, 9.5, rows=2)
+    _panel(whole, p, 0, len(p.arrival_ts))
+    whole.set_title(p.title)
+    lo, hi = zoom_window(p.arrival_ts, p.zoom_ms)
+    _panel(zoom, p, lo, hi, floor_ms=p.zoom_ms)
+    zoom.set_title(f"zoom: the busiest {format_duration_ms(p.zoom_ms)} of event time, "
+                   f"{hi - lo:,} records (arrival {lo:,} to {max(hi - 1, lo):,})")
+    return _save(fig, path)
+
+
+def _panel(ax, p: DisorderPicture, lo: int, hi: int, floor_ms: Optional[int] = None) -> None:
+    """Records ``lo..hi`` of the arrival order, their running maximum and the watermarks.
+
+    With ``floor_ms`` the event-time axis starts that far below the running maximum at ``lo``;
+    older records are drawn on the bottom edge.
+    """
+    position = np.arange(lo, hi)
+    ts = p.arrival_ts[lo:hi]
+    late = p.late[lo:hi]
+    # Keep every late record and thin the rest, so big runs still plot fast.
+    shown = np.zeros(len(ts), dtype=bool)
+    shown[::max(1, len(ts) // _MAX_POINTS)] = True
+    top = np.maximum.accumulate(p.arrival_ts[:hi])[lo:hi] if hi > lo else ts
+    as_time = lambda ms: np.asarray(ms, dtype=np.int64).astype("datetime64[ms]")  # noqa: E731
+    below = np.zeros(len(ts), dtype=bool)
+    if floor_ms is not None and len(ts):
+        floor = int(top[0]) - floor_ms
+        below = ts < floor
+        if below.any():
+            ax.scatter(position[below], as_time(np.full(int(below.sum()), floor)), marker="v",
+                       s=14, color="tab:purple", label="older than this panel shows")
+    on_time = shown & ~late & ~below
+    ax.scatter(position[on_time], as_time(ts[on_time]), s=2 if floor_ms is None else 6,
+               color="tab:blue", label="record")
+    if (late & ~below).any():
+        ax.scatter(position[late & ~below], as_time(ts[late & ~below]), s=8, color="tab:red",
+                   label="late record")
+    if hi > lo:
+        ax.plot(position, as_time(top), color="black", linewidth=0.8, label="max event time seen")
+    labelled = False
+    for k in range(len(p.watermarks)):
+        a, b = max(int(p.file_edges[k]), lo), min(int(p.file_edges[k + 1]), hi)
+        mark = int(p.watermarks[k])
+        # 0 is Spark's initial watermark (nothing is late yet); off-panel marks are not drawn.
+        if mark <= 0 or b <= a or (floor_ms is not None and mark < int(top[0]) - floor_ms):
+            continue
+        ax.hlines(as_time(mark), a, max(b - 1, a), color="tab:green", linewidth=1.2,
+                  label=None if labelled else _WATERMARK_LABEL)
+        labelled = True
+    ax.set_xlabel("arrival order (record number)")
+    ax.set_ylabel("event time (UTC)")
+    ax.legend(loc="upper left", fontsize="small")
+
+
+def _draw_delays(p: DisorderPicture, path: Path) -> Path:
+    from matplotlib.ticker import FuncFormatter
+
+    fig, (hist, tail) = _figure(12, 4.8, cols=2)
+    top = np.maximum.accumulate(p.arrival_ts) if len(p.arrival_ts) else p.arrival_ts
+    lag = top - p.arrival_ts
+    positive = lag[lag > 0]
+    high = float(positive.max()) if len(positive) else 1.0
+    bins = np.geomspace(1.0, max(high, 2.0) * 1.0001, 60)
+    for name, mask, color in (("impressions", p.is_impression, "tab:orange"),
+                              ("visits", ~p.is_impression, "tab:blue")):
+        own = lag[mask]
+        if not len(own):
+            continue
+        zero = float((own == 0).mean())
+        label = f"{name}: {len(own):,} records, {zero:.0%} at the front (no delay)"
+        hist.hist(own[own > 0], bins=bins, histtype="step", color=color, linewidth=1.4,
+                  label=label)
+        ordered = np.sort(own[own > 0])
+        if len(ordered):
+            # Share of *all* this source's records delayed more than x.
+            share = (len(ordered) - np.arange(len(ordered))) / len(own)
+            tail.step(ordered, share, where="post", color=color, label=name)
+    for ax in (hist, tail):
+        ax.set_xscale("log")
+        ax.axvline(p.watermark_delay_ms, color="tab:red", linestyle="--", linewidth=1,
+                   label=f"watermark delay {format_duration_ms(p.watermark_delay_ms)}")
+        if p.bound_ms:
+            ax.axvline(p.bound_ms, color="black", linestyle=":", linewidth=1,
+                       label=f"model bound {format_duration_ms(p.bound_ms)}")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_duration_ms(x)))
+        ax.set_xlabel("arrival delay: behind the max event time seen (log)")
+    hist.set_ylabel("records")
+    hist.set_title("arrival delay per source")
+    tail.set_yscale("log")
+    tail.set_ylabel("share of the source's records delayed more")
+    tail.set_title("tail: share delayed more than x (log-log)")
+    hist.legend(loc="upper left", fontsize="small")
+    tail.legend(loc="lower left", fontsize="small")
+    fig.suptitle(p.title, fontsize="medium")
+    return _save(fig, path)

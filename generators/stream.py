@@ -94,8 +94,8 @@ class EventStream:
         order = np.argsort(arrive, kind="stable")
         return events.take(rows[order]), arrive[order]
 
-    def _make_segment(self, k: int) -> EventColumns:
-        """Records arriving in ``[T_k, T_{k+1})``, in arrival order."""
+    def _make_segment(self, k: int) -> tuple[EventColumns, np.ndarray]:
+        """Records arriving in ``[T_k, T_{k+1})``, in arrival order, and their arrival times."""
         lo, hi = self.block_start(k), self.block_start(k + 1)
         parts, times = [], []
         for b in (k - 1, k):
@@ -106,16 +106,27 @@ class EventStream:
             parts.append(events.take(keep))
             times.append(arrive[keep])
         merged = EventColumns.concat(parts)
-        order = np.argsort(np.concatenate(times), kind="stable")  # ties: the older block first
-        return merged.take(order)
+        arrive = np.concatenate(times)
+        order = np.argsort(arrive, kind="stable")  # ties: the older block first
+        return merged.take(order), arrive[order]
 
     def segment(self, k: int) -> EventColumns:
-        return self._segment(k)
+        return self._segment(k)[0]
 
     def segment_size(self, k: int) -> int:
         if k not in self._sizes:
-            self._sizes[k] = len(self._segment(k))
+            self._sizes[k] = len(self._segment(k)[0])
         return self._sizes[k]
+
+    def arrival_time(self, pos: Position) -> int:
+        """The stream's clock at ``pos``: the arrival time of the record there.
+
+        Records arrive in arrival-time order and never before their event time, so this is at
+        least the event time of every record before ``pos``, and every record from ``pos`` on
+        has an event time at most its own delay below it.
+        """
+        pos = self.normalise(pos)
+        return int(self._segment(pos.segment)[1][pos.row])
 
     def normalise(self, pos: Position) -> Position:
         """The same position with ``row`` inside a non-empty segment."""
