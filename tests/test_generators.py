@@ -487,3 +487,185 @@ def test_stream_reader_offsets_follow_the_read_limits():
         SyntheticEventStreamReader({"rowsPerSecond": "0"})
     with pytest.raises(ValueError, match="unknown streamgen option"):
         SyntheticEventStreamReader({"totalRows": "5", "colour": "red"})
+
+
+# -- the truth on two processes -------------------------------------------------------------------
+
+def test_rows_to_table_is_attribution_io_s_table(default_run, default_events):
+    from attribution.io import attributions_to_arrow
+    from generators.truth import rows_to_table
+
+    rows = attribute_batch(default_events, default_run.dataset.params.attribution_config())
+    assert any(r.organic for r in rows) and any(not r.organic for r in rows)
+    assert rows_to_table(rows).equals(attributions_to_arrow(rows))
+    assert rows_to_table([]).equals(attributions_to_arrow([]))
+
+
+def test_users_are_split_into_whole_sorted_ranges_of_similar_size(default_run):
+    from generators.truth import read_event_table, split_by_user
+
+    table = read_event_table(default_run.events_dir, "json")
+    parts = split_by_user(table, 3)
+    assert len(parts) == 3
+    users = [p.column("user_id").to_pylist() for p in parts]
+    # Heartbeats (no user) are dropped, every other record is in exactly one part.
+    assert sum(len(u) for u in users) == table.num_rows - 1
+    # Whole users, in ascending ranges of Python's string order (oracle.sort_key's order).
+    assert all(max(a) < min(b) for a, b in zip(users, users[1:]))
+    biggest_user = max(Counter(table.column("user_id").drop_null().to_pylist()).values())
+    assert max(map(len, users)) - min(map(len, users)) <= 2 * biggest_user
+    # Each part keeps the arrival order of its records.
+    position = {eid: n for n, eid in enumerate(table.column("event_id").to_pylist())}
+    for part in parts:
+        ids = part.column("event_id").to_pylist()
+        order = [position[i] for i in ids]
+        assert order == sorted(order) or len(set(ids)) < len(ids)
+
+
+def test_truth_shares_run_in_the_pool_and_give_the_oracle_s_rows(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from attribution.io import attributions_to_arrow
+    from generators.truth import compute_truth
+
+    params = GeneratorParams(users=400, files=5, redelivery_rate=0.05, late_fraction=0.02,
+                             heartbeat=True, format="avro", disorder="heavy-tail")
+    run = generate(params, tmp_path, truth=False, plot=False)
+    expected = attributions_to_arrow(attribute_batch(read_events(run.events_dir),
+                                                     params.attribution_config()))
+
+    class CountingPool(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, fn, *args, **kwargs):
+            CountingPool.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with CountingPool(2) as pool:
+        table = compute_truth(run.events_dir, "avro", params.attribution_config(), pool, 3)
+    assert CountingPool.submitted == 2  # two of the three ranges went to the pool
+    assert table.num_rows > 50 and table.equals(expected)
+    alone = compute_truth(run.events_dir, "avro", params.attribution_config())
+    assert alone.equals(expected)
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_two_processes_write_the_same_bytes_as_one(tmp_path, fmt):
+    params = GeneratorParams(format=fmt, redelivery_rate=0.05, late_fraction=0.01,
+                             heartbeat=True, **SMALL)
+    one = generate(params, tmp_path / "one", processes=1)
+    two = generate(params, tmp_path / "two", processes=2)  # a spawned helper: truth and pictures
+    assert _all_bytes(one.out) == _all_bytes(two.out)
+    assert read_attributions(two.truth_path) == attribute_batch(read_events(two.events_dir),
+                                                                params.attribution_config())
+    assert two.skew_png.exists() and two.delays_png.exists()
+    assert two.truth.num_rows == two.manifest["truth"]["rows"] > 20
+
+
+# -- the pictures, the manifest's words, the event-time span ---------------------------------------
+
+def _quantiles(lags: np.ndarray) -> dict:
+    return {q: float(np.percentile(lags, q)) for q in (50, 90, 99, 99.9, 100)}
+
+
+def test_bounded_and_heavy_tail_delays_differ_and_are_drawn(tmp_path):
+    common = dict(seed=11, users=600, files=8, format="parquet")
+    bounded = generate(GeneratorParams(disorder="bounded", max_delay="2 minutes", **common),
+                       tmp_path / "bounded", truth=False, processes=1)
+    heavy = generate(GeneratorParams(disorder="heavy-tail", tail_scale="10 seconds",
+                                     tail_alpha=1.2, **common),
+                     tmp_path / "heavy", truth=False, processes=1)
+    # Same seed, same events: only the arrival differs.
+    assert bounded.manifest["counts"] == heavy.manifest["counts"]
+    b, h = _quantiles(_lags(bounded.events_dir)), _quantiles(_lags(heavy.events_dir))
+    bound = duration_ms("2 minutes")
+    assert b[100] <= bound and b[99] > 0.5 * bound
+    # Uniform delays: the tail is a cliff at the bound. Pareto delays: a long tail past it.
+    assert b[99.9] / b[99] < 1.5 and b[100] / b[99] < 2
+    assert h[99.9] / h[99] > 4 and h[100] > 20 * bound
+    assert h[90] < b[90] / 2  # yet most heavy-tail records are less late than bounded ones
+    for run, q in ((bounded, b), (heavy, h)):
+        d = run.manifest["disorder"]
+        assert d["max_arrival_delay_ms"] == q[100]
+        by_source = d["arrival_delay_by_source"]
+        assert by_source["impression"]["records"] + by_source["visit"]["records"] == \
+            run.manifest["counts"]["records"]
+        assert max(s["max_ms"] for s in by_source.values()) == q[100]
+        for png in (run.skew_png, run.delays_png):
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+        assert sorted(p.name for p in run.pictures) == ["delays.png", "skew.png"]
+
+
+def test_zoom_window_is_the_busiest_stretch_of_the_given_width():
+    from generators.skew import zoom_window
+
+    # Sparse records an hour apart, then 50 records within a minute, then sparse again.
+    hour, minute = 3_600_000, 60_000
+    ts = np.concatenate([np.arange(10) * hour, 10 * hour + np.arange(50) * 1_000,
+                         11 * hour + np.arange(10) * hour]).astype(np.int64)
+    lo, hi = zoom_window(ts, 2 * minute)
+    assert (lo, hi) == (10, 60)
+    assert zoom_window(ts[:0], minute) == (0, 0)
+
+
+def test_manifest_and_summary_speak_human_units(default_run):
+    from joins.durations import format_duration_ms
+
+    m = default_run.manifest
+    d = m["disorder"]
+    lines = m["summary"]
+    assert f"max arrival delay {format_duration_ms(d['max_arrival_delay_ms'])}" in lines["disorder"]
+    assert f"p99 {format_duration_ms(d['p99_arrival_delay_ms'])}" in lines["disorder"]
+    assert "impressions" in lines["disorder"] and "visits" in lines["disorder"]
+    for line in lines.values():
+        assert not re.search(r"\d,\d{3} ms\b", line), line  # no "119,044 ms" for people
+    span = m["event_time"]
+    assert span["span_ms"] == span["last_ms"] - span["first_ms"] > 0
+    assert format_duration_ms(span["span_ms"]) in lines["event_time"]
+    assert lines["event_time"].startswith(f"event time {span['first'][:10]} ")
+    # Machine-readable durations and times name their unit.
+    def keys(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k, v
+                yield from keys(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from keys(v)
+    for key, value in keys({k: v for k, v in m.items() if k not in ("params", "summary")}):
+        # A key naming a time or a duration (its last word) carries the unit after it.
+        if re.search(r"(^|_)(delay|ts|time|span|first|last)(_ms)?$", key) \
+                and isinstance(value, int) and not isinstance(value, bool):
+            assert key.endswith("_ms"), key
+
+
+def test_span_only_places_first_sessions_and_total_span_bounds_every_event(tmp_path):
+    start = ts_to_ms(GeneratorParams().start)
+    common = dict(users=300, files=4, span="7 days", seed=3)
+    free = build(GeneratorParams(**common))
+    # Without --total-span, later sessions run on well past --span, as --help says.
+    assert free.events.ts.max() > start + duration_ms("60 days")
+    firsts = defaultdict(lambda: np.iinfo(np.int64).max)
+    for user, t in zip(free.sessions.user.tolist(), free.sessions.start.tolist()):
+        firsts[user] = min(firsts[user], t)
+    assert max(firsts.values()) <= start + duration_ms("7 days")
+
+    params = GeneratorParams(total_span="30 days", **common)
+    run = generate(params, tmp_path, truth=False, plot=False)
+    events = read_events(run.events_dir)
+    assert max(e.ts for e in events) < start + duration_ms("30 days")
+    assert min(e.ts for e in events) >= start
+    assert len({e.user_id for e in events}) == 300  # every user keeps its first session
+    assert run.manifest["event_time"]["last_ms"] < start + duration_ms("30 days")
+    assert len(events) < len(free.events)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(total_span="7 days"), "--total-span (7 days) must be longer than --span (60 days)"),
+    (dict(total_span="60 days"), "--total-span (60 days) must be longer than --span"),
+    (dict(total_span="forever"), "--total-span: not a duration"),
+])
+def test_bad_total_span_is_explained(changes, message):
+    with pytest.raises(ValueError) as err:
+        GeneratorParams(**changes)
+    assert message in str(err.value) and "\n" not in str(err.value)
