@@ -30,7 +30,14 @@ from joins.durations import format_duration_ms
 
 SKEW_FILE = "skew.png"
 DELAYS_FILE = "delays.png"
-_MAX_POINTS = 200_000
+# Dots per panel: a 1000-pixel-wide panel shows no more, and drawing them is most of the cost.
+_MAX_POINTS = 50_000
+# Points of each tail curve (log-spaced delays).
+_TAIL_POINTS = 400
+# Delay axis ticks at round human durations: 1 ms, 10 ms, 100 ms, 1 s, 10 s, 1 min, 10 min,
+# 1 h, 6 h, 1 day, 1 week, 30 days, 1 year.
+_DELAY_TICKS_MS = [1, 10, 100, 1_000, 10_000, 60_000, 600_000, 3_600_000, 21_600_000,
+                   86_400_000, 604_800_000, 2_592_000_000, 31_536_000_000]
 _WATERMARK_LABEL = "watermark each file is judged by: the previous file's batch's (late: at or below)"
 
 
@@ -117,10 +124,14 @@ def _panel(ax, p: DisorderPicture, lo: int, hi: int, floor_ms: Optional[int] = N
     position = np.arange(lo, hi)
     ts = p.arrival_ts[lo:hi]
     late = p.late[lo:hi]
-    # Keep every late record and thin the rest, so big runs still plot fast.
+    top = np.maximum.accumulate(p.arrival_ts[:hi])[lo:hi] if hi > lo else ts
+    # Thin the records so big runs still plot fast, but keep every late record and the most
+    # delayed ones: the disorder is in the outliers.
     shown = np.zeros(len(ts), dtype=bool)
     shown[::max(1, len(ts) // _MAX_POINTS)] = True
-    top = np.maximum.accumulate(p.arrival_ts[:hi])[lo:hi] if hi > lo else ts
+    if len(ts) > _MAX_POINTS:
+        lag = top - ts
+        shown[np.argpartition(lag, len(lag) - _MAX_POINTS // 10)[-(_MAX_POINTS // 10):]] = True
     as_time = lambda ms: np.asarray(ms, dtype=np.int64).astype("datetime64[ms]")  # noqa: E731
     below = np.zeros(len(ts), dtype=bool)
     if floor_ms is not None and len(ts):
@@ -136,7 +147,11 @@ def _panel(ax, p: DisorderPicture, lo: int, hi: int, floor_ms: Optional[int] = N
         ax.scatter(position[late & ~below], as_time(ts[late & ~below]), s=8, color="tab:red",
                    label="late record")
     if hi > lo:
-        ax.plot(position, as_time(top), color="black", linewidth=0.8, label="max event time seen")
+        # The running maximum is a staircase: draw it from where it rises (thinned, as dots).
+        rises = np.concatenate([[0], np.flatnonzero(np.diff(top)) + 1, [len(top) - 1]])
+        rises = rises[::max(1, len(rises) // _MAX_POINTS)]
+        ax.step(position[rises], as_time(top[rises]), where="post", color="black",
+                linewidth=0.8, label="max event time seen")
     labelled = False
     for k in range(len(p.watermarks)):
         a, b = max(int(p.file_edges[k]), lo), min(int(p.file_edges[k + 1]), hi)
@@ -153,7 +168,7 @@ def _panel(ax, p: DisorderPicture, lo: int, hi: int, floor_ms: Optional[int] = N
 
 
 def _draw_delays(p: DisorderPicture, path: Path) -> Path:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     fig, (hist, tail) = _figure(12, 4.8, cols=2)
     top = np.maximum.accumulate(p.arrival_ts) if len(p.arrival_ts) else p.arrival_ts
@@ -172,9 +187,12 @@ def _draw_delays(p: DisorderPicture, path: Path) -> Path:
                   label=label)
         ordered = np.sort(own[own > 0])
         if len(ordered):
-            # Share of *all* this source's records delayed more than x.
-            share = (len(ordered) - np.arange(len(ordered))) / len(own)
-            tail.step(ordered, share, where="post", color=color, label=name)
+            # Share of *all* this source's records delayed more than x, at log-spaced x.
+            x = np.unique(np.concatenate([np.geomspace(ordered[0], ordered[-1], _TAIL_POINTS),
+                                          ordered[-_TAIL_POINTS // 10:]]))
+            share = (len(ordered) - np.searchsorted(ordered, x, side="right")) / len(own)
+            tail.step(x, np.maximum(share, 0.5 / len(own)), where="post", color=color,
+                      label=name)
     for ax in (hist, tail):
         ax.set_xscale("log")
         ax.axvline(p.watermark_delay_ms, color="tab:red", linestyle="--", linewidth=1,
@@ -182,8 +200,11 @@ def _draw_delays(p: DisorderPicture, path: Path) -> Path:
         if p.bound_ms:
             ax.axvline(p.bound_ms, color="black", linestyle=":", linewidth=1,
                        label=f"model bound {format_duration_ms(p.bound_ms)}")
+        ax.xaxis.set_major_locator(FixedLocator(_DELAY_TICKS_MS))
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_duration_ms(x)))
         ax.set_xlabel("arrival delay: behind the max event time seen (log)")
+    hist.set_ylim(top=hist.get_ylim()[1] * 1.35)  # room for the legend above the bars
     hist.set_ylabel("records")
     hist.set_title("arrival delay per source")
     tail.set_yscale("log")

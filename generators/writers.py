@@ -56,8 +56,8 @@ class Vocabulary:
         self.urls = urls
         self.user_ids = user_ids
         # A trailing null entry: index NULL (-1) is remapped to it, which is cheaper than a mask.
-        self._urls_arrow = pa.array(urls + [None], type=pa.string())
-        self._users_arrow = pa.array(user_ids + [None], type=pa.string())
+        self._urls_arrow = string_array(urls + [None])
+        self._users_arrow = string_array(user_ids + [None])
         self._url_tokens: Optional[np.ndarray] = None
         self._user_tokens: Optional[np.ndarray] = None
 
@@ -74,10 +74,55 @@ class Vocabulary:
         return self._user_tokens
 
     def urls_at(self, index: np.ndarray) -> pa.Array:
-        return pc.take(self._urls_arrow, np.where(index < 0, len(self.urls), index))
+        return _take(self._urls_arrow, np.where(index < 0, len(self.urls), index))
 
     def users_at(self, index: np.ndarray) -> pa.Array:
-        return pc.take(self._users_arrow, np.where(index < 0, len(self.user_ids), index))
+        return _take(self._users_arrow, np.where(index < 0, len(self.user_ids), index))
+
+
+# Arrow arrays here are built from their buffers: ``pa.array`` (on a list or a numpy array)
+# imports pandas to look for pandas objects, a quarter of a second that a run which never
+# touches pandas should not pay.
+
+def _validity(valid: Optional[np.ndarray]) -> tuple[Optional[pa.Buffer], int]:
+    """Arrow's validity bitmap and null count for a boolean mask (``None``: all valid)."""
+    if valid is None or valid.all():
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little").tobytes()), int((~valid).sum())
+
+
+def numpy_array(values: np.ndarray, type: pa.DataType,
+                valid: Optional[np.ndarray] = None) -> pa.Array:
+    """A fixed-width Arrow array (integers, timestamps, booleans) over numpy ``values``.
+
+    :param values: the values; booleans for ``pa.bool_()``, else of the type's width.
+    :param type: the Arrow type.
+    :param valid: which entries are not null (``None``: all).
+    """
+    bitmap, nulls = _validity(valid)
+    if pa.types.is_boolean(type):
+        data = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+    else:
+        data = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(data.tobytes())],
+                                 null_count=nulls)
+
+
+def string_array(values: list[Optional[str]]) -> pa.Array:
+    """An Arrow string array of ``values`` (``None`` is null)."""
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    bitmap, nulls = _validity(np.array([v is not None for v in values], dtype=bool))
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets.tobytes()),
+                                       pa.py_buffer(b"".join(encoded)), bitmap, nulls)
+
+
+_TYPE_NAMES_ARROW = string_array(list(EVENT_TYPES))
+
+
+def _take(values: pa.Array, index: np.ndarray) -> pa.Array:
+    return pc.take(values, numpy_array(index.astype(np.int64), pa.int64()))
 
 
 def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
@@ -109,13 +154,13 @@ def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
     columns = {
         "event_id": id_array(events.seq),
         "user_id": vocab.users_at(events.user),
-        "event_type": pc.take(pa.array(list(EVENT_TYPES)), pa.array(events.kind.astype(np.int64))),
-        "ts": pa.array(events.ts * 1000, type=pa.timestamp("us", tz="UTC")),
+        "event_type": _take(_TYPE_NAMES_ARROW, events.kind),
+        "ts": numpy_array(events.ts * 1000, _ARROW_SCHEMA.field("ts").type),
         "url": vocab.urls_at(events.url),
         "referer": vocab.urls_at(events.referer),
-        "is_goal": pa.array(events.is_goal, mask=~visit, type=pa.bool_()),
-        "impression_id": pa.array(events.impression_id, mask=events.impression_id < 0,
-                                  type=pa.int64()),
+        "is_goal": numpy_array(events.is_goal, pa.bool_(), valid=visit),
+        "impression_id": numpy_array(events.impression_id.astype(np.int64), pa.int64(),
+                                     valid=events.impression_id >= 0),
         "source_url": vocab.urls_at(events.source),
         "target_url": vocab.urls_at(events.target),
     }
@@ -128,6 +173,20 @@ def heartbeat_record(ts_ms: int, seq: int) -> dict:
     record.update(event_id=f"{HEARTBEAT_ID_PREFIX}{seq:0{ID_DIGITS}d}", event_type="heartbeat",
                   ts=ts_ms)
     return record
+
+
+def _heartbeat_table(record: dict) -> pa.Table:
+    """The one-row table of a heartbeat record: strings and a time, every other field null."""
+    columns = []
+    for field in _ARROW_SCHEMA:
+        value = record[field.name]
+        if value is None:
+            columns.append(pa.nulls(1, field.type))
+        elif pa.types.is_timestamp(field.type):
+            columns.append(numpy_array(np.array([value * 1000], dtype=np.int64), field.type))
+        else:
+            columns.append(string_array([value]))
+    return pa.Table.from_arrays(columns, schema=_ARROW_SCHEMA)
 
 
 def json_lines(events: EventColumns, vocab: Vocabulary) -> str:
@@ -200,8 +259,7 @@ def write_events_file(path: Path, fmt: str, events: Optional[EventColumns], voca
         atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"), mtime_ns)
     elif fmt == "parquet":
         if heartbeat is not None:
-            table = pa.Table.from_pylist([{**heartbeat, "ts": heartbeat["ts"] * 1000}],
-                                         schema=_ARROW_SCHEMA)
+            table = _heartbeat_table(heartbeat)
         else:
             table = to_arrow(events, vocab)
         atomic_write(path, lambda p: pq.write_table(table, p, **PARQUET_OPTIONS), mtime_ns)
