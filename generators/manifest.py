@@ -91,6 +91,17 @@ def _distinct(*columns: np.ndarray) -> int:
     """Number of distinct rows of parallel integer columns (one sort, no Python loop)."""
     if not len(columns[0]):
         return 0
+    # Rows as one mixed-radix int64 key when the columns' ranges fit (a single-key sort is
+    # several times faster than lexsort over the columns); lexsort otherwise.
+    key, radix = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for column in columns:
+        low, width = int(column.min()), int(column.max()) - int(column.min()) + 1
+        radix *= width
+        if radix >= 2 ** 62:
+            break
+        key = key * width + (column.astype(np.int64) - low)
+    else:
+        return int(len(np.unique(key)))
     order = np.lexsort(columns[::-1])
     changed = np.zeros(len(order), dtype=bool)
     changed[0] = True

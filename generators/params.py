@@ -61,8 +61,8 @@ class GeneratorParams:
     span: str = _knob("60 days", "when users start: each user's first session starts at a "
                       "uniform time within this span after --start. It does not bound the "
                       "events: later sessions follow --session-gap apart (--dormant-gap-prob of "
-                      "the gaps longer than --lookback), so with the defaults events run about a "
-                      "year past it; --total-span bounds them", "dataset", kind="duration")
+                      "the gaps longer than --lookback), so with the defaults events run on for "
+                      "months past it; --total-span bounds them", "dataset", kind="duration")
     total_span: str = _knob(UNLIMITED, "bound on all event time: no event at or after --start + "
                             "this; sessions that would start later are dropped and a session "
                             "running past it is cut there. Must be longer than --span. "
