@@ -1,12 +1,14 @@
 """The truth file: the batch oracle over a written dataset's files, on every core it is given.
 
-``compute_truth(events_dir, fmt, config, pool)`` reads the event files back (the truth is what a
-reader of the files must get, not what the generator meant to write), splits the users into
-contiguous ranges of their sorted ids with about as many records each, and runs
+``compute_truth(events_dir, fmt, config, pool, processes)`` splits the users into contiguous
+ranges of their sorted ids with about as many records each and runs
 ``attribution.oracle.attribute_batch`` over each range: one range in this process, the others in
-``pool``'s processes. Because ``oracle.sort_key`` orders rows by ``user_id`` first and the ranges
-are disjoint and ascending, the ranges' rows laid end to end are already in the canonical order;
-no merge sort is needed and the rows are those a single ``attribute_batch`` over all events gives.
+``pool``'s processes. Each process reads the event files back itself (the truth is what a reader
+of the files must get, not what the generator meant to write) and cuts the same ranges (the cut
+depends on the files only), so nothing large crosses between processes and no process waits for
+another to read. Because ``oracle.sort_key`` orders rows by ``user_id`` first and the ranges are
+disjoint and ascending, the ranges' rows laid end to end are already in the canonical order: no
+merge sort is needed, and the rows are those one ``attribute_batch`` over all events gives.
 
 The per-record Python work is the oracle's own (one ``Event`` per record, one
 ``UserAttribution`` per user); reading, splitting and the output table are columnar (Arrow). The
@@ -180,6 +182,23 @@ def split_by_user(table: pa.Table, parts: int) -> list[pa.Table]:
     return out
 
 
+def truth_share(events_dir, fmt: str, config: AttributionConfig, part: int = 0,
+                parts: int = 1) -> pa.Table:
+    """The truth rows of range ``part`` of ``parts`` ranges of users (``split_by_user``) of the
+    files under ``events_dir``, read back here. This is what each process runs.
+
+    :param events_dir: the written event files.
+    :param fmt: their format.
+    :param config: the attribution rules' parameters (lookback, dedup window).
+    :param part: which range, from 0.
+    :param parts: how many ranges the users are cut into.
+    """
+    shares = split_by_user(read_event_table(events_dir, fmt), parts)
+    if part >= len(shares):  # fewer users than ranges
+        return OUTPUT_ARROW_SCHEMA.empty_table()
+    return attribute_table(shares[part], config)
+
+
 def compute_truth(events_dir, fmt: str, config: AttributionConfig,
                   pool: Optional[Executor] = None, processes: int = 1) -> pa.Table:
     """The truth over the files under ``events_dir``: every goal's attribution row, in
@@ -191,13 +210,11 @@ def compute_truth(events_dir, fmt: str, config: AttributionConfig,
     :param pool: processes for the other ranges of users; ``None`` computes everything here.
     :param processes: how many ranges to cut, this process included (1 without ``pool``).
     """
-    table = read_event_table(events_dir, fmt)
-    shares = split_by_user(table, processes if pool is not None else 1)
-    if not shares:
-        return OUTPUT_ARROW_SCHEMA.empty_table()
-    # The first range stays here; the pool works on the others meanwhile.
-    futures = [pool.submit(attribute_table, share, config) for share in shares[1:]]
-    first = attribute_table(shares[0], config)
+    parts = processes if pool is not None else 1
+    # The pool starts on the other ranges at once; this process takes the first meanwhile.
+    futures = [pool.submit(truth_share, events_dir, fmt, config, k, parts)
+               for k in range(1, parts)]
+    first = truth_share(events_dir, fmt, config, 0, parts)
     return pa.concat_tables([first] + [f.result() for f in futures])
 
 
