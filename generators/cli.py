@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "--file-interval, or the end of --duration), write a heartbeat file "
                            "every DURATION. Its time is the stream's clock, the arrival time of "
                            "the next record, so it never makes a later record late that its "
-                           "own delay does not; a bare number is seconds")
+                           "own delay does not (and it flushes only what the data has reached: "
+                           "see --final-heartbeat); a bare number is seconds")
     load.add_argument("--quiet", action="store_true", help="print only the final rate")
     _add_params(load, BATCH_ONLY)
     return parser

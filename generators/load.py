@@ -11,8 +11,10 @@ not. ``final_heartbeat`` closes the run with one at the largest event time writt
 watermark delay + 1 ms: the watermark then passes every goal written, so the consumer emits them
 all (and the stream cannot be resumed: its next records would be late). ``idle_heartbeat_s``
 writes one whenever no file has been written for that long; its time is the stream's clock
-(``EventStream.arrival_time``), so it never takes the watermark past a record still to come by
-more than that record's own delay.
+(``EventStream.arrival_time``, the arrival time of the next record), so it never takes the
+watermark past a record still to come by more than that record's own delay. That clock is only
+as far as the data has got: idle heartbeats keep a consumer's micro-batches and watermark moving
+through a quiet stretch, but only the final heartbeat flushes the last watermark delay's goals.
 """
 from __future__ import annotations
 

@@ -58,4 +58,7 @@ def start_helpers(processes: int, modules: tuple[str, ...] = ()) -> Optional[Pro
 
 def _import(modules: tuple[str, ...]) -> None:
     for name in modules:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional extra (matplotlib): the task that needs it says so
+            pass
