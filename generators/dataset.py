@@ -68,14 +68,19 @@ class Dataset:
     sessions: Sessions
     events: EventColumns
     arrival: Arrival
+    _arrival_ts: Optional[np.ndarray] = field(default=None, init=False, repr=False)
 
     def file_events(self, k: int) -> EventColumns:
         """The records of file ``k`` in their written order."""
         return self.events.take(self.arrival.rows[self.arrival.file_slices()[k]])
 
     def arrival_ts(self) -> np.ndarray:
-        """Event time of every record, in arrival order (heartbeat excluded)."""
-        return self.events.ts[self.arrival.rows]
+        """Event time of every record, in arrival order (heartbeat excluded). Computed once
+        (the files, watermarks, late masks, manifest and pictures all need it); read-only."""
+        if self._arrival_ts is None:
+            self._arrival_ts = self.events.ts[self.arrival.rows]
+            self._arrival_ts.flags.writeable = False
+        return self._arrival_ts
 
     def arrival_lag(self) -> np.ndarray:
         return arrival_lag(self.arrival_ts())
