@@ -213,7 +213,10 @@ def truth_share(events_dir, fmt: str, config: AttributionConfig, part: int = 0,
     :param part: which range, from 0.
     :param parts: how many ranges the users are cut into.
     """
-    shares = split_by_user(read_event_table(events_dir, fmt), parts)
+    table = read_event_table(events_dir, fmt)
+    if parts == 1:
+        return attribute_table(table, config)
+    shares = split_by_user(table, parts)
     if part >= len(shares):  # fewer users than ranges
         return OUTPUT_ARROW_SCHEMA.empty_table()
     return attribute_table(shares[part], config)
