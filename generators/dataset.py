@@ -280,12 +280,9 @@ def _generate(params: GeneratorParams, out: Path, events_dir: Path, truth: bool,
     pictures: list[Path] = []
     if plot:
         started = time.perf_counter()
-        # The helper may not have got to them yet (still starting, on a busy machine): then
-        # this process, done with its own work, draws them itself.
-        helper_drew = pictures_future is not None and not pictures_future.cancel()
-        pictures = pictures_future.result() if helper_drew else draw_pictures(picture, out)
+        pictures = pictures_future.result() if pictures_future else draw_pictures(picture, out)
         # When the helper drew them, this is only how long this process still had to wait.
-        seconds["plot wait" if helper_drew else "plot"] = time.perf_counter() - started
+        seconds["plot wait" if pictures_future else "plot"] = time.perf_counter() - started
     return GenerationResult(out, dataset, paths, manifest, table, pictures, seconds)
 
 
