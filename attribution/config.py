@@ -8,8 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The project's one duration parser (re-exported here for the attribution options).
-from joins.durations import (MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND,  # noqa: F401
-                             parse_duration_ms, spark_interval)
+from joins.durations import (  # noqa: F401
+    MS_PER_DAY,
+    MS_PER_HOUR,
+    MS_PER_MINUTE,
+    MS_PER_SECOND,
+    parse_duration_ms,
+    spark_interval,
+)
 
 DEFAULT_LOOKBACK = "90 days"
 DEFAULT_DEDUP_WINDOW = "1 day"

@@ -11,10 +11,10 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
+from joins.durations import EPOCH, ms_to_datetime, ms_to_iso  # noqa: F401 (re-exported)
+
 from .config import MAX_STRING_LENGTH
 from .schema import EVENT_TYPES
-
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 class InvalidEvent(ValueError):
@@ -84,19 +84,9 @@ def ts_to_ms(value: Any) -> int:
     if isinstance(value, _dt.datetime):  # includes pandas.Timestamp
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
-        delta = value - _EPOCH
+        delta = value - EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     raise InvalidEvent(f"ts must be a timestamp, got {type(value).__name__}")
-
-
-def ms_to_datetime(ms: int) -> _dt.datetime:
-    """Epoch milliseconds to an aware UTC datetime."""
-    return _EPOCH + _dt.timedelta(milliseconds=ms)
-
-
-def ms_to_iso(ms: int) -> str:
-    """Epoch milliseconds to the JSON-lines form of ``ts``, e.g. ``1970-01-01T12:01:00.000Z``."""
-    return ms_to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _is_missing(value: Any) -> bool:

@@ -25,13 +25,12 @@ import numpy as np
 from tqdm import tqdm
 
 from attribution.core import Attribution
-from attribution.io import data_files, read_events, write_attributions
 from attribution.oracle import attribute_batch
+from attribution.spark.files import read_events, write_attributions
 
 from . import manifest as manifest_mod
 from .behaviour import EventColumns, Sessions, batch_sessions, sessions_to_events
-from .disorder import (SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, file_watermarks,
-                       late_mask)
+from .disorder import SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, file_watermarks, late_mask
 from .params import GeneratorParams
 from .site import SiteArrays, build_site, to_arrays, user_ids
 from .skew import plot_skew
@@ -228,8 +227,3 @@ def _file_entry(path: Path, ts: np.ndarray, watermark: int, late: int) -> dict:
             "max_ts_ms": int(ts.max()) if len(ts) else None,
             "late_watermark_ms": int(watermark), "late_records": late,
             "sha256": manifest_mod.sha256_of(path)}
-
-
-def event_dir_files(out) -> list[Path]:
-    """The event files of a generated dataset, in arrival (name) order."""
-    return data_files(Path(out) / EVENTS_DIR)

@@ -3,7 +3,7 @@
 Events arrive here as integer columns (``behaviour.EventColumns``) plus a ``Vocabulary`` of the
 few distinct strings (URLs, user ids). Rendering is vectorised: Arrow ``take`` for Parquet,
 pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
-``attribution.io`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
+``attribution.spark.files`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
 Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
 
 Every file is written under a hidden temporary name and renamed into place, so a file stream
@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from attribution.io import FORMATS
-from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES, arrow_schema
+from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES
+from attribution.spark.files import FORMATS
+from attribution.spark.types import arrow_schema
 
 from .behaviour import VISIT, EventColumns
 
@@ -167,7 +168,7 @@ def sync_marker(seed: int, name: str) -> bytes:
 def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[int] = None) -> None:
     """Write ``path`` via a hidden temporary file in the same directory, then rename it.
 
-    Readers that skip hidden files (Spark, ``attribution.io``) never see a partial file, and
+    Readers that skip hidden files (Spark, ``attribution.spark.files``) never see a partial file, and
     the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
     Spark's file source orders new files by it.
     """

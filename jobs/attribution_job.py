@@ -20,20 +20,40 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
-                                AttributionConfig, parse_duration_ms)
-from attribution.backends.bucket_keys import MAX_ALIGNED_BUCKETS
-from attribution.backends.group_state import STATE_COLUMN_FORMAT
-from attribution.pipeline import (ALIGNED_BUCKET_KEYS, BACKENDS, DEFAULT_BACKEND,
-                                  DEFAULT_STATE_BUCKETS, DEFAULT_TWS_STATE, INDEX_BUCKET_KEYS,
-                                  OUTPUT_METRICS, TWS_STATE_LAYOUTS, attribution_batch,
-                                  attribution_stream)
-from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
-                                    dead_letters, max_future_skew_ms, read_raw_batch,
-                                    read_raw_stream, start_dead_letter_stream, unreadable_input,
-                                    valid_events)
+from attribution.config import (
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_LOOKBACK,
+    DEFAULT_WATERMARK_DELAY,
+    AttributionConfig,
+    parse_duration_ms,
+)
+from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
+from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout
+from attribution.spark.pipeline import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    DEFAULT_STATE_BUCKETS,
+    DEFAULT_TWS_STATE,
+    OUTPUT_METRICS,
+    TWS_STATE_LAYOUTS,
+    apply_trigger,
+    attribution_batch,
+    attribution_stream,
+)
+from attribution.spark.validation import (
+    DEFAULT_MAX_FUTURE_SKEW,
+    VALIDATION_METRICS,
+    classify,
+    dead_letters,
+    max_future_skew_ms,
+    read_raw_batch,
+    read_raw_stream,
+    start_dead_letter_stream,
+    unreadable_input,
+    valid_events,
+)
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import add_stream_options, apply_trigger, build_spark_session, ship_packages
+from jobs.runtime import add_stream_options, build_spark_session, ship_packages
 
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
@@ -161,62 +181,10 @@ class AttributionProgress(BatchProgress):
         return report
 
 
-class CheckpointMismatch(ValueError):
-    """The options that shape the state differ from those the checkpoint was started with."""
-
-
-LAYOUT_FILE = "attribution-state-layout.json"
-
-
-def pin_state_layout(args) -> None:
-    """Record the state layout in the checkpoint on its first run; refuse a different one later.
-
-    Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
-    hashes to another key than under 64, and its state would silently be lost. The format of
-    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is how
-    bucket numbers become keys, which is not an option: ``args.bucket_keys`` is set here, to
-    the checkpoint's scheme ("index" for checkpoints started before "aligned" keys existed).
-    (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get "aligned" keys.)
-    """
-    args.bucket_keys = ALIGNED_BUCKET_KEYS
-    if "://" in args.checkpoint:
-        return
-    layout = {"backend": args.backend}
-    if args.backend == "applyInPandasWithState":
-        layout["state_buckets"] = args.state_buckets
-        layout["state_column"] = STATE_COLUMN_FORMAT
-        layout["bucket_keys"] = args.bucket_keys
-    else:
-        layout["tws_state"] = args.tws_state
-    path = Path(args.checkpoint) / LAYOUT_FILE
-    if path.exists():
-        pinned = json.loads(path.read_text())
-        if pinned.get("backend") == "applyInPandasWithState":
-            pinned.setdefault("state_column", "binary")  # versions before the text column
-            if pinned["state_column"] != STATE_COLUMN_FORMAT:
-                raise CheckpointMismatch(
-                    f"checkpoint {args.checkpoint} holds applyInPandasWithState state in the "
-                    f"{pinned['state_column']} column of an earlier version of this job, which "
-                    f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
-                    "query with the version that started it, or start a new --checkpoint (and "
-                    "--output).")
-            # Checkpoints started before aligned keys hold their users under bucket numbers.
-            pinned.setdefault("bucket_keys", INDEX_BUCKET_KEYS)
-            args.bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
-        if pinned != layout:
-            given = ", ".join(f"{k}={v}" for k, v in layout.items())
-            started = ", ".join(f"{k}={v}" for k, v in pinned.items())
-            raise CheckpointMismatch(
-                f"checkpoint {args.checkpoint} was started with {started}; this run asks for "
-                f"{given}. Use the original options, or a new --checkpoint (and --output).")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(layout) + "\n")
-
-
 def run_stream(spark, args) -> RunReport:
     """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
-    pin_state_layout(args)
+    args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
+                                        args.tws_state)
     # Validation splits the input before withWatermark: invalid rows never move event time.
     def classified_input(max_files_per_trigger):
         return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),

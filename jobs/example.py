@@ -12,8 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from attribution.io import read_attributions
 from attribution.oracle import sort_key
+from attribution.spark.files import read_attributions
 from generators.dataset import generate
 from generators.params import GeneratorParams
 from jobs import attribution_job

@@ -20,10 +20,21 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark_interval
-from jobs.runtime import add_stream_options, apply_trigger, build_spark_session, read_event_stream
-from joins import (JOIN_TYPES, JoinSide, JoinSpecError, JoinStateCollector, StateKeyCondition,
-                   StateValueCondition, check_cleanup, filter_above_watermark, inspect_join,
-                   stream_join)
+from attribution.spark.pipeline import apply_trigger
+from attribution.spark.readers import read_event_stream
+from jobs.runtime import add_stream_options, build_spark_session
+from joins import (
+    JOIN_TYPES,
+    JoinSide,
+    JoinSpecError,
+    JoinStateCollector,
+    StateKeyCondition,
+    StateValueCondition,
+    check_cleanup,
+    filter_above_watermark,
+    inspect_join,
+    stream_join,
+)
 from joins.inspect import InspectionError
 
 # The job's own defaults: how long after an impression a visit still counts as its click, and the

@@ -1,5 +1,5 @@
-"""What every Spark job of this project shares: the session, the event-file stream, the
-trigger/CLI options, and shipping the project's packages to executors.
+"""What every Spark job of this project shares: the session, the CLI options of a stream, and
+shipping the project's packages to executors.
 
 Kept in one module so that the attribution job, the join job, the benchmark and the tests all
 configure Spark the same way (UTC session time zone, RocksDB state store, microsecond Parquet
@@ -16,8 +16,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
-
-from attribution.schema import EVENT_SCHEMA, spark_struct
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("attribution", "joins", "generators", "jobs")
@@ -58,7 +56,7 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     if shuffle_partitions is None and not spark.sparkContext.getConf().contains(
             "spark.sql.shuffle.partitions"):
         # Spark's default of 200 means 200 state stores per micro-batch; one per core keeps every
-        # core busy with the fewest (jobs/benchmark.py --levers: 1x the cores beat 2x and 4x).
+        # core busy with the fewest (benchmarks/streaming.py --levers: 1x the cores beat 2x and 4x).
         spark.conf.set("spark.sql.shuffle.partitions",
                        str(max(1, spark.sparkContext.defaultParallelism)))
     return spark
@@ -85,47 +83,6 @@ def ship_packages(spark) -> Optional[Path]:
                 zf.write(f, f.relative_to(ROOT).as_posix())
     spark.sparkContext.addPyFile(str(target))
     return target
-
-
-def event_struct():
-    """The Spark schema of input events, derived from the Avro event schema."""
-    return spark_struct(EVENT_SCHEMA)
-
-
-# Only files with the format's extension are input: a README or a _SUCCESS marker next to the
-# data must not turn into all-null rows.
-FILE_GLOBS = {"json": "*.{json,jsonl}", "parquet": "*.parquet"}
-
-
-def _configure_reader(reader, fmt: str):
-    if fmt not in FILE_GLOBS:
-        raise ValueError(f"unsupported input format {fmt!r}; expected one of {sorted(FILE_GLOBS)}")
-    reader = reader.schema(event_struct()).format(fmt).option("pathGlobFilter", FILE_GLOBS[fmt])
-    if fmt == "json":
-        reader = reader.option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss[.SSS]XXX")
-    return reader
-
-
-def read_event_stream(spark, events_dir: str, fmt: str, max_files_per_trigger: Optional[int] = None):
-    """A file stream of spec events (JSON lines or Parquet) with the project's event schema."""
-    reader = _configure_reader(spark.readStream, fmt)
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
-    return reader.load(events_dir)
-
-
-def read_event_batch(spark, events_dir: str, fmt: str):
-    """The same input read once, as a batch DataFrame."""
-    return _configure_reader(spark.read, fmt).load(events_dir)
-
-
-def apply_trigger(writer, trigger: str):
-    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval."""
-    if trigger == "available-now":
-        return writer.trigger(availableNow=True)
-    if trigger == "once":
-        return writer.trigger(once=True)
-    return writer.trigger(processingTime=trigger)
 
 
 def add_stream_options(parser: argparse.ArgumentParser, *, default_output: str,

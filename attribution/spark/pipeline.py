@@ -1,0 +1,160 @@
+"""Assembles the attribution query on Spark: events DataFrame in, attribution DataFrame out.
+
+Streaming: ``withWatermark`` on ``ts`` first (so heartbeats advance event time), then heartbeats
+are dropped, then the per-user stateful operator of the chosen backend runs the core. Batch: the
+same core per user over all input, fired at a watermark of +infinity.
+
+Both outputs carry Spark *observed metrics* (goals, attributed, organic) so that progress lines
+and the final report count what was really emitted.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..config import AttributionConfig, spark_interval
+from ..schema import OUTPUT_SCHEMA
+from .apply_in_pandas import (
+    BUCKET_COLUMN,
+    STATE_DDL,
+    make_batch_function,
+    make_bucket_state_function,
+    make_group_state_function,
+)
+from .bucket_keys import aligned_bucket_keys
+from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS
+from .types import spark_struct
+
+BACKENDS = ("applyInPandasWithState", "transformWithState")
+# The faster of the two on benchmarks/streaming.py (README, Performance): applyInPandasWithState keyed
+# by hash buckets of users, so its per-key pandas cost is paid per bucket, not per user.
+DEFAULT_BACKEND = "applyInPandasWithState"
+# applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small
+# cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per
+# user. Fixed by a query's first run, like the shuffle partitions.
+DEFAULT_STATE_BUCKETS = 64
+# How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
+# buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
+# started before it use, and must keep using.
+ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS = "aligned", "index"
+BUCKET_KEY_SCHEMES = (ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS)
+OUTPUT_METRICS = "attribution_output"
+TWS_STATE_LAYOUTS = ("compact", "declared")
+DEFAULT_TWS_STATE = "compact"
+
+
+def drop_heartbeats(watermarked: DataFrame) -> DataFrame:
+    """Remove heartbeats *after* the watermark has seen them.
+
+    A plain ``event_type != 'heartbeat'`` filter does not reference the event-time column, so
+    Spark's optimizer pushes it below ``EventTimeWatermark`` (and into the file scan): heartbeats
+    would vanish before advancing event time. Referencing ``ts`` keeps the filter above it.
+    ``ts`` is never null here (validation rejects such records), so the extra term is inert.
+    """
+    return watermarked.filter((F.col("event_type") != F.lit("heartbeat")) | F.col("ts").isNull())
+
+
+def _stateful_input(events: DataFrame) -> DataFrame:
+    """Heartbeats out (after the watermark saw them), epoch-ms time alongside ``ts``."""
+    return (drop_heartbeats(events)
+                  .withColumn("ts_ms", F.unix_millis("ts"))
+                  .select(*INPUT_COLUMNS))
+
+
+def _packed_input(events: DataFrame) -> DataFrame:
+    """Heartbeats out; ``user_id``, ``ts``, the event as one JSON column (``PACKED_KEYS``) and
+    the times the bucket function decides on (``ts_ms``, and ``goal_ms`` for goals).
+
+    For applyInPandasWithState, which builds pandas columns once per key per micro-batch:
+    measured on 100k events keyed by user, one packed column instead of nine halves that cost.
+    """
+    ts_ms = F.unix_millis("ts")
+    packed = F.to_json(F.struct(*((ts_ms if field == "ts_ms" else F.col(field)).alias(key)
+                                  for field, key in PACKED_KEYS.items())))
+    is_goal = (F.col("event_type") == F.lit("visit")) & F.coalesce(F.col("is_goal"), F.lit(False))
+    return drop_heartbeats(events).select(
+        "user_id", "ts", packed.alias(PACKED_COLUMN), ts_ms.alias("ts_ms"),
+        F.when(is_goal, ts_ms).alias("goal_ms"))
+
+
+def _observe_output(rows: DataFrame) -> DataFrame:
+    organic = F.col("impression_id").isNull()
+    return rows.observe(OUTPUT_METRICS,
+                        F.count(F.lit(1)).alias("goals"),
+                        F.count(F.when(~organic, 1)).alias("attributed"),
+                        F.count(F.when(organic, 1)).alias("organic"))
+
+
+def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
+                       config: AttributionConfig = AttributionConfig(),
+                       backend: str = DEFAULT_BACKEND,
+                       tws_state: str = DEFAULT_TWS_STATE,
+                       state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS,
+                       bucket_keys: str = ALIGNED_BUCKET_KEYS) -> DataFrame:
+    """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
+
+    ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
+    ``compact`` (one value per user, the fast one) or ``declared`` (list states per entry).
+    ``state_buckets`` (applyInPandasWithState only) keys the state by that many hash buckets of
+    ``user_id``, so one call serves many users (see ``group_state.make_bucket_state_function``);
+    0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
+    and must not change under an existing checkpoint; so is ``bucket_keys`` (one of
+    ``BUCKET_KEY_SCHEMES``).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if tws_state not in TWS_STATE_LAYOUTS:
+        raise ValueError(f"unknown transformWithState state layout {tws_state!r}; choose one of "
+                         f"{', '.join(TWS_STATE_LAYOUTS)}")
+    if bucket_keys not in BUCKET_KEY_SCHEMES:
+        raise ValueError(f"unknown bucket key scheme {bucket_keys!r}; choose one of "
+                         f"{', '.join(BUCKET_KEY_SCHEMES)}")
+    watermarked = events.withWatermark("ts", spark_interval(watermark_delay_ms))
+    output_type = spark_struct(OUTPUT_SCHEMA)
+    if backend == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        packed = _packed_input(watermarked)
+        if state_buckets:
+            bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
+            if bucket_keys == ALIGNED_BUCKET_KEYS:
+                table = F.array(*(F.lit(k).cast("long") for k in aligned_bucket_keys(state_buckets)))
+                bucket = F.element_at(table, (bucket + 1).cast("int"))
+            grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)
+            function = make_bucket_state_function(config)
+        else:
+            grouped, function = packed.groupBy("user_id"), make_group_state_function(config)
+        rows = grouped.applyInPandasWithState(
+            function, outputStructType=output_type, stateStructType=STATE_DDL,
+            outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
+    else:
+        from .transform_with_state import AttributionProcessor, CompactAttributionProcessor
+
+        processor = (CompactAttributionProcessor if tws_state == "compact"
+                     else AttributionProcessor)(config)
+        rows = _stateful_input(watermarked).groupBy("user_id").transformWithState(
+            processor, outputStructType=output_type,
+            outputMode="Append", timeMode="EventTime")
+    return _observe_output(rows)
+
+
+def attribution_batch(events: DataFrame, config: AttributionConfig = AttributionConfig()) -> DataFrame:
+    """Batch mode: the same core per user over the whole input, watermark at +infinity.
+
+    Each user's events are brought together by a hash partitioning and a sort on ``user_id``,
+    and a partition at a time goes through the core in Arrow (no pandas frame per user).
+    """
+    rows = (_stateful_input(events).repartition("user_id").sortWithinPartitions("user_id")
+            .mapInArrow(make_batch_function(config), schema=spark_struct(OUTPUT_SCHEMA)))
+    return rows
+
+
+def apply_trigger(writer, trigger: str):
+    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval."""
+    if trigger == "available-now":
+        return writer.trigger(availableNow=True)
+    if trigger == "once":
+        return writer.trigger(once=True)
+    return writer.trigger(processingTime=trigger)

@@ -1,0 +1,109 @@
+"""The benchmark harness (benchmarks/streaming.py) kept working: a tiny end-to-end run, not a benchmark.
+
+The run goes through the same code as ``make bench`` at a few thousand events, in the suite's
+Spark session, and checks that the table has every row with numbers that make sense and that
+every run agreed with the core. Timings themselves are never asserted.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import streaming as benchmark
+from benchmarks.streaming import RUN_KINDS, RUN_LABELS, interleaved, parse_args, plateau_verdict
+from support import ROOT
+
+
+def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
+    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3",
+                       "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "r.json")])
+    results = benchmark.run(spark, args)
+    out = capsys.readouterr().out
+
+    section = results["main"]
+    rows = {s["kind"]: s for s in section["summaries"]}
+    assert list(rows) == list(RUN_KINDS)
+    for kind in RUN_KINDS:
+        assert RUN_LABELS[kind] in out
+    assert 1_500 <= section["records"] <= 3_000
+    assert section["goals"] > 0 and 0 < section["attributed"] <= section["goals"]
+    for kind, row in rows.items():
+        assert row["check"] == "ok", (kind, row["check"])
+        assert row["seconds"] > 0 and row["events_per_s"] > 0
+        assert row["total_mib"] > 0
+    assert rows["native"]["ratio"] == pytest.approx(1.0)
+    for kind in ("native", "applyInPandasWithState", "transformWithState"):
+        assert rows[kind]["batches"] >= 4          # 3 files + heartbeat, one per micro-batch
+        assert rows[kind]["jvm_mib"] > 100        # the JVM was found and sampled
+        assert rows[kind]["state_peak_rows"] > 0
+        assert rows[kind]["state_sst_bytes"] is not None
+    # Python workers exist only for the runs that call Python; the native count needs none.
+    assert rows["applyInPandasWithState"]["workers_mib"] > 0
+    assert rows["transformWithState"]["workers_mib"] > 0
+    # applyInPandasWithState keeps one state row per user with state
+    encoding = section["state_encoding"]
+    assert rows["applyInPandasWithState"]["state_peak_rows"] <= encoding["users_with_state"]
+    assert 0 < encoding["blob_bytes_per_event"] < 10 * encoding["avro_bytes_per_event"]
+    assert (tmp_path / "r.json").read_text().startswith("{")
+
+
+@pytest.mark.slow
+def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, capsys):
+    # transformWithState keeps one state row per user, so its rows count users in state
+    # (applyInPandasWithState's rows are hash buckets, capped at the bucket count).
+    args = parse_args(["--only-modes", "--no-warmup", "--state-growth", "--growth-events", "4000",
+                       "--growth-files", "10", "--growth-backends", "transformWithState",
+                       "--work-dir", str(tmp_path / "work")])
+    runs = {r["gc"]: r for r in benchmark.run(spark, args)["state_growth"]["runs"]}
+    with_gc, without = runs["GC"]["rows_per_batch"], runs["no GC"]["rows_per_batch"]
+    assert len(with_gc) >= 10 and len(without) >= 10
+    # Without GC every user ever seen keeps a row; with it, rows leave after the lookback.
+    assert without == sorted(without)
+    assert max(with_gc) < without[-2]
+    assert runs["no GC"]["rows_verdict"].startswith("grows")
+    assert "state rows per batch" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_join_mode_runs_every_strategy_or_says_why_not(spark, tmp_path, capsys):
+    args = parse_args(["--only-modes", "--no-warmup", "--join", "--join-events", "2000", "--files", "3",
+                       "--work-dir", str(tmp_path / "work")])
+    join = benchmark.run(spark, args)["join"]
+    if "skipped" in join:
+        assert "join mode skipped" in capsys.readouterr().out
+        return
+    from jobs.join_job import STRATEGY_CHOICES
+
+    assert [r["strategy"] for r in join["runs"]] == list(STRATEGY_CHOICES)
+    for r in join["runs"]:
+        assert r["clicks"] > 0 and r["events_per_s"] > 0
+        assert r["state_rows_per_batch"]
+
+
+def test_interleaving_rotates_the_order_each_repeat():
+    plan = interleaved(["a", "b", "c"], 3)
+    assert plan == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"),
+                    (2, "c"), (2, "a"), (2, "b")]
+
+
+def test_plateau_verdict():
+    assert plateau_verdict([5, 50, 100, 100, 102, 99, 101, 100, 98, 3]).startswith("plateau")
+    assert plateau_verdict([10, 20, 30, 40, 50, 60, 70, 80, 90, 100]).startswith("grows")
+    assert plateau_verdict([1, 2]) == "too few batches to tell"
+
+
+def test_help_shows_defaults_and_bad_arguments_fail_clearly():
+    script = str(ROOT / "jobs" / "benchmark.py")
+    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for option in ("--events", "--repeats", "--scale", "--state-growth", "--join", "--runs",
+                   "--files", "--max-files-per-trigger", "--json"):
+        assert option in out
+    assert "1000000" in out and "(default: 3)" in out
+    bad = subprocess.run([sys.executable, script, "--runs", "native,fast"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "unknown kind(s) fast" in bad.stderr
+    bad = subprocess.run([sys.executable, script, "--events", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--events must be at least 1" in bad.stderr

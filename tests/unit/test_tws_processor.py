@@ -1,0 +1,114 @@
+"""The transformWithState processor unit-tested without a cluster, with PySpark's TwsTester.
+
+The chapter's dataset is fed in the book's arrival order with the book's watermark steps: the
+watermark is set (firing due timers), then the step's events arrive.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import Row
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from attribution.config import AttributionConfig
+from attribution.events import ms_to_datetime, ts_to_ms
+from attribution.spark.files import data_files, read_events
+from attribution.spark.frames import INPUT_COLUMNS
+from attribution.spark.transform_with_state import AttributionProcessor
+
+BOOK_WATERMARKS = ["12:00:00", "12:00:30", "12:01:00", "12:01:30", "12:03:45", "12:04:00"]
+
+
+def _ms(clock: str) -> int:
+    return ts_to_ms(f"1970-01-01T{clock}Z")
+
+
+def _row(e) -> Row:
+    values = {"event_id": e.event_id, "user_id": e.user_id, "event_type": e.event_type,
+              "ts": ms_to_datetime(e.ts), "ts_ms": e.ts, "url": e.url, "referer": e.referer,
+              "is_goal": e.is_goal if e.is_visit else None, "impression_id": e.impression_id,
+              "source_url": e.source_url, "target_url": e.target_url}
+    return Row(**{c: values[c] for c in INPUT_COLUMNS})
+
+
+def _tester(config: AttributionConfig = AttributionConfig()) -> TwsTester:
+    return TwsTester(AttributionProcessor(config), timeMode="EventTime",
+                     eventTimeExtractor=lambda row: row.ts_ms)
+
+
+def test_book_steps_attribute_each_goal_exactly_when_the_watermark_reaches_it(ch7_dir):
+    steps = [read_events(f) for f in data_files(ch7_dir)][:6]  # the seventh is the heartbeat
+    tester = _tester()
+    emitted = []
+    for clock, events in zip(BOOK_WATERMARKS, steps):
+        fired = tester.setWatermark(_ms(clock))
+        from_input = tester.test("UserX", [_row(e) for e in events])
+        emitted.append((clock, [r.goal_event_id for r in fired + from_input], fired))
+    assert [(clock, goals) for clock, goals, _ in emitted] == [
+        ("12:00:00", []), ("12:00:30", []), ("12:01:00", []),
+        ("12:01:30", ["g-signup"]), ("12:03:45", ["g-receipt"]), ("12:04:00", []),
+    ]
+    signup = emitted[3][2][0]
+    receipt = emitted[4][2][0]
+    assert (signup.impression_id, signup.trail, signup.credit) == (123, ["http://xyz.com/"], 1.0)
+    assert signup.goal_ts == dt.datetime(1970, 1, 1, 12, 1, 30, tzinfo=dt.timezone.utc)
+    assert (receipt.impression_id, receipt.impression_event_id) == (456, "i-456")
+    assert receipt.trail == ["http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
+                             "http://xyz.com/thing/purchase"]
+    # Watermark at "infinity": nothing more, and garbage collection then empties the state.
+    assert tester.setWatermark(2 ** 53) == []
+    assert tester.peekListState("visits", "UserX") == []
+    assert tester.peekValueState("wakeup", "UserX") is None
+
+
+def test_state_is_declared_and_written_once_per_batch(ch7_dir):
+    """A batch's events land as list entries; spent facts and the timer follow attribution."""
+    events = [e for f in data_files(ch7_dir) for e in read_events(f) if e.user_id]
+    tester = _tester()
+    tester.setWatermark(_ms("12:00:00"))
+    assert tester.test("UserX", [_row(e) for e in events]) == []
+    visits = tester.peekListState("visits", "UserX")
+    impressions = tester.peekListState("impressions", "UserX")
+    assert len(visits) == 7
+    assert {i[0] for i in impressions} == {"i-123", "i-456", "i-000"}  # i-789 is a spam copy
+    assert tester.peekValueState("wakeup", "UserX") == (_ms("12:01:30"), _ms("12:01:30"))
+
+    rows = tester.setWatermark(_ms("12:05:00"))
+    assert [r.goal_event_id for r in rows] == ["g-signup", "g-receipt"]
+    spent = {s[0] for s in tester.peekListState("spent", "UserX")}
+    assert spent == {"g-signup", "g-receipt", "i-123", "i-456"}
+    min_goal, timer = tester.peekValueState("wakeup", "UserX")
+    assert min_goal is None and timer > _ms("12:05:00")
+
+
+def test_timer_garbage_collects_an_idle_user(ch7_dir):
+    config = AttributionConfig.from_strings(lookback="10 minutes", dedup_window="1 minute")
+    tester = _tester(config)
+    tester.setWatermark(_ms("12:00:00"))
+    visit = [e for e in read_events(ch7_dir) if e.event_id == "v-cart"]
+    tester.test("UserX", [_row(e) for e in visit])
+    assert len(tester.peekListState("visits", "UserX")) == 1
+    tester.setWatermark(_ms("12:13:00"))  # ts == W - lookback: still kept (dropped once ts < W - lookback)
+    assert len(tester.peekListState("visits", "UserX")) == 1
+    tester.setWatermark(_ms("12:13:00") + 1)
+    assert tester.peekListState("visits", "UserX") == []
+    assert tester.peekValueState("wakeup", "UserX") is None
+
+
+def test_a_superseded_click_id_is_remembered_across_calls():
+    """Rule 1 across micro-batches: the click-spam copy "b" is dropped, its id is kept in the
+    ``superseded`` list, and a later visit reusing that id is dropped as well."""
+    from attribution.events import Event
+
+    search = "http://search.example/"
+    clicks = [Event(eid, "u", "impression", ts, impression_id=n, source_url=search,
+                    target_url="/t") for eid, ts, n in (("a", 5_000, 1), ("b", 6_000, 2))]
+    reuse = [Event("b", "u", "visit", 7_000, url="/t", referer=search),
+             Event("g", "u", "visit", 8_000, url="/x", referer="/t", is_goal=True)]
+    tester = _tester()
+    assert tester.test("u", [_row(e) for e in clicks]) == []
+    assert tester.peekListState("superseded", "u") == [("b", 0)]
+    assert tester.test("u", [_row(e) for e in reuse]) == []
+    assert [v[0] for v in tester.peekListState("visits", "u")] == ["g"]
+    rows = tester.setWatermark(9_000)
+    assert [(r.goal_event_id, r.impression_id) for r in rows] == [("g", None)]
