@@ -17,6 +17,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from attribution.spark.readers import FORMATS
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("attribution", "joins", "generators", "jobs")
 ROCKSDB_PROVIDER = ("org.apache.spark.sql.execution.streaming.state."
@@ -89,9 +91,11 @@ def add_stream_options(parser: argparse.ArgumentParser, *, default_output: str,
                        default_checkpoint: str) -> None:
     """The input/output/trigger options every streaming job of the project accepts."""
     parser.add_argument("--events", required=True, metavar="DIR",
-                        help="directory of spec events (JSON lines or Parquet), read as a file stream")
-    parser.add_argument("--format", choices=("json", "parquet"), default="json",
-                        help="input file format (default: %(default)s)")
+                        help="directory of spec events (JSON lines, Parquet or Avro), read as a "
+                             "file stream")
+    parser.add_argument("--format", choices=FORMATS, default="json",
+                        help="input file format: JSON lines, Parquet or Avro (the generator's "
+                             "formats; default: %(default)s)")
     parser.add_argument("--output", default=default_output, metavar="DIR",
                         help="Parquet output directory, written by Spark's exactly-once file sink "
                              "(default: %(default)s)")

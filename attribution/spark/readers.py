@@ -1,4 +1,5 @@
-"""Event files as Spark DataFrames: the stream and batch readers of every job.
+"""Event files as Spark DataFrames: the stream and batch readers of every job (JSON lines and
+Parquet through Spark's file sources, Avro through the project's ``avro_source``).
 
 One schema (derived from the Avro event schema) and one file filter per format, so the
 attribution job, the join job, validation and the benchmarks read input identically.
@@ -8,6 +9,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..schema import EVENT_SCHEMA
+from .avro_source import AVRO_GLOB
+from .avro_source import SOURCE_NAME as AVRO_SOURCE
+from .avro_source import register as register_avro
 from .types import spark_struct
 
 
@@ -18,12 +22,16 @@ def event_struct():
 
 # Only files with the format's extension are input: a README or a _SUCCESS marker next to the
 # data must not turn into all-null rows.
-FILE_GLOBS = {"json": "*.{json,jsonl}", "parquet": "*.parquet"}
+FILE_GLOBS = {"json": "*.{json,jsonl}", "parquet": "*.parquet", "avro": AVRO_GLOB}
+FORMATS = tuple(FILE_GLOBS)
 
 
 def _configure_reader(reader, fmt: str):
     if fmt not in FILE_GLOBS:
-        raise ValueError(f"unsupported input format {fmt!r}; expected one of {sorted(FILE_GLOBS)}")
+        raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "avro":
+        # Spark's Avro connector is a separate jar; the project's Python source reads the files.
+        return reader.format(AVRO_SOURCE)
     reader = reader.schema(event_struct()).format(fmt).option("pathGlobFilter", FILE_GLOBS[fmt])
     if fmt == "json":
         reader = reader.option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss[.SSS]XXX")
@@ -31,7 +39,15 @@ def _configure_reader(reader, fmt: str):
 
 
 def read_event_stream(spark, events_dir: str, fmt: str, max_files_per_trigger: Optional[int] = None):
-    """A file stream of spec events (JSON lines or Parquet) with the project's event schema."""
+    """A file stream of spec events with the project's event schema.
+
+    :param events_dir: the input directory.
+    :param fmt: one of ``FORMATS``. Avro rows also carry ``source_file`` and ``read_error``
+        (see ``avro_source``).
+    :param max_files_per_trigger: at most this many new files per micro-batch (None: all).
+    """
+    if fmt == "avro":
+        register_avro(spark)
     reader = _configure_reader(spark.readStream, fmt)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
@@ -40,4 +56,6 @@ def read_event_stream(spark, events_dir: str, fmt: str, max_files_per_trigger: O
 
 def read_event_batch(spark, events_dir: str, fmt: str):
     """The same input read once, as a batch DataFrame."""
+    if fmt == "avro":
+        register_avro(spark)
     return _configure_reader(spark.read, fmt).load(events_dir)

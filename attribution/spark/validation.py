@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from ..config import MAX_STRING_LENGTH, parse_duration_ms
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
 from .pipeline import apply_trigger
-from .readers import FILE_GLOBS, read_event_batch, read_event_stream
+from .readers import FILE_GLOBS, FORMATS, read_event_batch, read_event_stream
 from .types import spark_struct
 
 # How far past the micro-batch's processing time an event may claim to be. Clocks of real
@@ -77,14 +77,17 @@ def _raw_json(lines: DataFrame) -> DataFrame:
 
 
 def _raw_parquet(events: DataFrame) -> DataFrame:
-    return events.select(*EVENT_FIELDS, F.col("_metadata.file_path").alias("source_file"))
+    return events.select(*EVENT_FIELDS, F.col("_metadata.file_path").alias("source_file"),
+                         F.lit(None).cast("string").alias("read_error"))
 
 
 def read_raw_stream(spark, events_dir: str, fmt: str,
                     max_files_per_trigger: Optional[int] = None) -> DataFrame:
-    """The input directory as a stream of raw records: JSON lines as text, Parquet as typed rows.
+    """The input directory as a stream of raw records: JSON lines as text, Parquet and Avro as
+    typed rows.
 
-    Either way each row carries ``source_file``; pass the result to ``classify``.
+    Each row carries ``source_file``; typed rows also ``read_error``, the reason when a part of a
+    file could not be decoded (Avro). Pass the result to ``classify``.
     """
     if fmt == "json":
         reader = spark.readStream.format("text").option("pathGlobFilter", FILE_GLOBS["json"])
@@ -93,7 +96,9 @@ def read_raw_stream(spark, events_dir: str, fmt: str,
         return _raw_json(reader.load(events_dir))
     if fmt == "parquet":
         return _raw_parquet(read_event_stream(spark, events_dir, fmt, max_files_per_trigger))
-    raise ValueError(f"unsupported input format {fmt!r}; expected 'json' or 'parquet'")
+    if fmt == "avro":
+        return read_event_stream(spark, events_dir, fmt, max_files_per_trigger)
+    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 def read_raw_batch(spark, events_dir: str, fmt: str) -> DataFrame:
@@ -103,7 +108,9 @@ def read_raw_batch(spark, events_dir: str, fmt: str) -> DataFrame:
                          .load(events_dir))
     if fmt == "parquet":
         return _raw_parquet(read_event_batch(spark, events_dir, fmt))
-    raise ValueError(f"unsupported input format {fmt!r}; expected 'json' or 'parquet'")
+    if fmt == "avro":
+        return read_event_batch(spark, events_dir, fmt)
+    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 # -- the field view: a kind and a typed value per field ----------------------------------------
@@ -151,7 +158,8 @@ def _json_view(raw: DataFrame) -> DataFrame:
     # Spark keeps a projection separate when inlining it would repeat an expensive expression.
     parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
     v = F.col("_v")
-    columns = [F.col("raw_record"), F.col("source_file"), _record_kind(v).alias("k_record")]
+    columns = [F.col("raw_record"), F.col("source_file"), _record_kind(v).alias("k_record"),
+               F.lit(None).cast("string").alias("read_error")]
     for name in EVENT_FIELDS:
         columns.append(F.schema_of_variant(F.try_variant_get(v, f"$.{name}", "variant"))
                        .alias(f"t_{name}"))
@@ -188,7 +196,7 @@ def _parquet_view(raw: DataFrame) -> DataFrame:
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int",
              "timestamp": "timestamp"}
     # raw_record is left to ``classify``, which renders it for the invalid rows only.
-    columns = [F.col("source_file"), F.lit("dict").alias("k_record")]
+    columns = [F.col("source_file"), F.lit("dict").alias("k_record"), F.col("read_error")]
     for name, (kind, _nullable) in field_kinds(EVENT_SCHEMA).items():
         columns.append(F.when(F.col(name).isNotNull(), F.lit(kinds[kind])).alias(f"k_{name}"))
     columns += [F.col(n) for n in EVENT_FIELDS]
@@ -251,6 +259,8 @@ def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
     not_heartbeat = ~is_heartbeat
 
     rules: list[tuple[Column, Column]] = [
+        # A part of a file the reader could not decode (Avro): its reason names file and place.
+        (F.col("read_error").isNotNull(), F.col("read_error")),
         (F.col("k_record").isNull(), F.lit("malformed JSON")),
         (F.col("k_record") != "dict",
          F.concat(F.lit("record must be an object, got "), F.col("k_record"))),
@@ -373,7 +383,7 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
     if fmt != "json":
         # A typed row has no text of its own; it is rendered as JSON only for the dead letter
         # (on every valid row this cost more than all the rules).
-        view = view.withColumn("raw_record", F.when(~F.col("valid"),
+        view = view.withColumn("raw_record", F.when(~F.col("valid") & F.col("read_error").isNull(),
                                                     F.to_json(F.struct(*EVENT_FIELDS))))
     return view.select("raw_record", "source_file", "valid", "reason", *_event_columns())
 
