@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ..config import AttributionConfig
 from ..core import WATERMARK_INFINITY, UserAttribution, loads_builtins
+from .bucket_scheduler import BucketScheduler
 from .frames import (
     events_from_arrow,
     events_from_json_list,
@@ -184,56 +185,21 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
 
     Spark's pandas machinery costs milliseconds per key and micro-batch (a frame in, a state
     frame out), whatever the function does. Keyed by a hash bucket of ``user_id``, one call
-    serves every user of the bucket. The bucket's state maps each user to the core's blob, an
-    inbox and the user's next wake-up; the bucket's timeout is the earliest wake-up.
-
-    Most of a user's events arrive while nothing about them is due: no goal at or below the
-    watermark, no garbage to collect. Those events go to the user's inbox as the JSON they
-    arrived in, and the core's blob is left as it is: no parsing, decoding or re-encoding. A user
-    is given to the core (inbox, then this batch's events, then ``advance``) only once its
-    wake-up (its earliest goal, or a lower bound of its expiry) is at or below the watermark.
-    Deferring ``add`` changes nothing: Spark has already dropped every row at or below the
-    previous watermark, so no event is late for the core, and ``add`` keeps no order but
-    arrival order. Deferring GC changes nothing either: it only drops what no goal at or after
-    the watermark can use. Each user's rows and timing are those of the one-user-per-key
-    function above.
+    serves every user of the bucket; ``BucketScheduler`` decides which of them the core must see
+    (see ``bucket_scheduler``), and the bucket's timeout is its users' earliest wake-up. Each
+    user's rows and timing are those of the one-user-per-key function above.
     """
-    earliest_expiry = UserAttribution.earliest_expiry
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         watermark = state.getCurrentWatermarkMs()
-        users = decode_bucket(state_blob(state.get[0])) if state.exists else {}
-        rows = []
-
-        def attribute(user_id: str, blob: bytes, inbox: str) -> None:
-            core = (UserAttribution.from_bytes(blob, config) if blob
-                    else UserAttribution(user_id, config))
-            if inbox:
-                core.add(events_from_json_list(user_id, inbox))
-            rows.extend(core.advance(watermark))
-            if core.is_empty:
-                users.pop(user_id, None)
-            else:
-                users[user_id] = (core.next_wakeup(), core.to_bytes(), "")
-
-        incoming = packed_by_user(frames)
-        for user_id, batch in incoming.items():
-            wakeup, blob, inbox = users.get(user_id) or (
-                earliest_expiry(batch.max_ts_ms, config), b"", "")
-            if batch.min_goal_ms is not None and batch.min_goal_ms < wakeup:
-                wakeup = batch.min_goal_ms
-            inbox = f"{inbox},{batch.packed}" if inbox else batch.packed
-            if wakeup <= watermark:
-                attribute(user_id, blob, inbox)
-            else:
-                users[user_id] = (wakeup, blob, inbox)
-        for user_id in [u for u, (wakeup, _, _) in users.items()
-                        if wakeup <= watermark and u not in incoming]:
-            _, blob, inbox = users[user_id]
-            attribute(user_id, blob, inbox)
-        if users:
-            state.update((state_text(encode_bucket(users)),))
-            state.setTimeoutTimestamp(min(wakeup for wakeup, _, _ in users.values()) - 1)
+        bucket = BucketScheduler(config, events_from_json_list,
+                                 decode_bucket(state_blob(state.get[0])) if state.exists else {})
+        for user_id, batch in packed_by_user(frames).items():
+            bucket.receive(user_id, batch.packed, batch.max_ts_ms, batch.min_goal_ms)
+        rows = bucket.advance(watermark)
+        if bucket.users:
+            state.update((state_text(encode_bucket(bucket.users)),))
+            state.setTimeoutTimestamp(bucket.next_wakeup() - 1)
         else:
             state.remove()
         if rows:
