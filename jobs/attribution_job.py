@@ -121,9 +121,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "file, detection time), written by a second exactly-once streaming "
                              "query (default: <output>-dead-letter)")
     parser.add_argument("--max-future-skew", default=DEFAULT_MAX_FUTURE_SKEW, metavar="DURATION",
-                        help="reject events whose ts is more than this ahead of the micro-batch's "
-                             "processing time, so that one bad clock cannot drag the watermark "
-                             "forward and make every later event late (default: %(default)s)")
+                        help="reject events whose ts is more than this ahead of their file's "
+                             "modification time, so that one bad clock cannot drag the watermark "
+                             "forward and make every later event late; every run and both "
+                             "outputs judge a record alike (default: %(default)s)")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
     parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
@@ -232,19 +233,16 @@ def run_batch(spark, args) -> RunReport:
 
     The input is read twice, once for the dead letters and once for the attribution, rather than
     cached: the second scan builds nothing but each row's validity, where a cache would hold
-    every classified row in executor memory. Both passes judge --max-future-skew against one
-    fixed time, so they agree on every row. The counts come from observed metrics of the two
-    writes, not from extra jobs.
+    every classified row in executor memory. Every rule depends on the record and its file only,
+    so both passes agree on every row. The counts come from observed metrics of the two writes,
+    not from extra jobs.
     """
-    from datetime import datetime, timezone
-
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     started = time.monotonic()
     classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
-                          args.max_future_skew_ms, args.max_future_skew,
-                          now=datetime.now(timezone.utc))
+                          args.max_future_skew_ms, args.max_future_skew)
     rejected, read, emitted = (Observation(name) for name in ("dead_letters", "input", "output"))
     (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
      .write.mode("overwrite").parquet(args.dead_letter))

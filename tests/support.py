@@ -22,6 +22,9 @@ from attribution.oracle import sort_key
 
 ROOT = Path(__file__).resolve().parent.parent
 CH7_DIR = ROOT / "tests" / "data" / "ch7"
+# Modification time (epoch seconds, 2026-05-28) of staged input files: after every event time of
+# the test data, so that --max-future-skew (judged against a file's modification time) passes.
+FILE_TIME = 1_780_000_000
 PAGES = ("a", "b", "c")
 SEARCH_PAGES = ("s1", "s2")
 
@@ -130,7 +133,7 @@ def stage_in_arrival_order(files, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for n, f in enumerate(files):
         target = Path(shutil.copy(f, dest))
-        os.utime(target, (1_600_000_000 + n, 1_600_000_000 + n))
+        os.utime(target, (FILE_TIME + n, FILE_TIME + n))
     return dest
 
 

@@ -2,9 +2,10 @@
 connector is a separate jar: ``spark.readStream.format("eventavro").load(dir)``.
 
 Register once per session with ``register(spark)``. Rows are in the event schema plus
-``source_file`` (the file's URI) and ``read_error``: null on a decoded record; on a row that
-stands for a part of a file that could not be decoded, the reason (``corrupt Avro file ...``,
-``corrupt Avro block ...``) with every event field null. Validation turns such rows into dead
+``source_file`` (the file's URI), ``source_modified`` (its modification time) and
+``read_error``: null on a decoded record; on a row that stands for a part of a file that could
+not be decoded, the reason (``corrupt Avro file ...``, ``corrupt Avro block ...``) with every
+event field null. Validation turns such rows into dead
 letters, and the rest of the input goes on: a corrupt block costs its own records only, because
 the reader resynchronises on the file's sync marker.
 
@@ -21,6 +22,7 @@ files written under an earlier version of it (fewer optional fields) read with n
 """
 from __future__ import annotations
 
+import datetime as _dt
 import io
 import json
 import os
@@ -43,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA
 from .types import arrow_schema, spark_struct
@@ -52,7 +54,9 @@ SOURCE_NAME = "eventavro"
 AVRO_GLOB = "*.avro"
 _ARROW_SCHEMA = pa.schema([f.with_nullable(True) for f in arrow_schema(EVENT_SCHEMA)]
                           + [pa.field("source_file", pa.string()),
+                             pa.field("source_modified", pa.timestamp("us", tz="UTC")),
                              pa.field("read_error", pa.string())])
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _MAGIC = b"Obj\x01"
 _SYNC_SIZE = 16
 
@@ -64,9 +68,12 @@ def register(spark) -> str:
 
 
 def source_struct() -> StructType:
-    """The source's Spark schema: the event fields, ``source_file`` and ``read_error``."""
+    """The source's Spark schema: the event fields, ``source_file``, ``source_modified`` (the
+    file's modification time, as Spark's file sources give it in ``_metadata``) and
+    ``read_error``."""
     return StructType([*spark_struct(EVENT_SCHEMA).fields,
                        StructField("source_file", StringType()),
+                       StructField("source_modified", TimestampType()),
                        StructField("read_error", StringType())])
 
 
@@ -181,10 +188,11 @@ def read_file(path: str) -> Iterator[tuple[Optional[dict], Optional[str]]]:
 def file_batches(path: str, batch_rows: int = 8_192) -> Iterator[pa.RecordBatch]:
     """One file's rows in the source schema, as Arrow record batches."""
     uri = Path(path).as_uri()
+    modified = _EPOCH + _dt.timedelta(microseconds=os.stat(path).st_mtime_ns // 1000)
     rows: list[dict] = []
     for record, error in read_file(path):
         row = dict(record) if record is not None else dict.fromkeys(EVENT_FIELDS)
-        row["source_file"], row["read_error"] = uri, error
+        row["source_file"], row["source_modified"], row["read_error"] = uri, modified, error
         rows.append(row)
         if len(rows) >= batch_rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)

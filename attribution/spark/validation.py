@@ -21,7 +21,6 @@ forward and turn every later event late.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Optional
 
 from pyspark.sql import Column, DataFrame
@@ -33,8 +32,8 @@ from .pipeline import apply_trigger
 from .readers import FILE_GLOBS, FORMATS, read_event_batch, read_event_stream
 from .types import spark_struct
 
-# How far past the micro-batch's processing time an event may claim to be. Clocks of real
-# clients drift by minutes, and time zones mistaken for UTC shift by hours; a day covers both.
+# How far past its file's modification time an event may claim to be. Clocks of real clients
+# drift by minutes, and time zones mistaken for UTC shift by hours; a day covers both.
 DEFAULT_MAX_FUTURE_SKEW = "1 day"
 
 VALIDATION_METRICS = "validation"  # observed-metrics name: per micro-batch count of invalid rows
@@ -72,12 +71,14 @@ def max_future_skew_ms(text: str) -> int:
 def _raw_json(lines: DataFrame) -> DataFrame:
     # Blank lines are not records (the JSON-lines reader skips them too).
     return (lines.select(F.col("value").alias("raw_record"),
-                         F.col("_metadata.file_path").alias("source_file"))
+                         F.col("_metadata.file_path").alias("source_file"),
+                         F.col("_metadata.file_modification_time").alias("source_modified"))
                  .filter(F.trim("raw_record") != F.lit("")))
 
 
 def _raw_parquet(events: DataFrame) -> DataFrame:
     return events.select(*EVENT_FIELDS, F.col("_metadata.file_path").alias("source_file"),
+                         F.col("_metadata.file_modification_time").alias("source_modified"),
                          F.lit(None).cast("string").alias("read_error"))
 
 
@@ -158,8 +159,8 @@ def _json_view(raw: DataFrame) -> DataFrame:
     # Spark keeps a projection separate when inlining it would repeat an expensive expression.
     parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
     v = F.col("_v")
-    columns = [F.col("raw_record"), F.col("source_file"), _record_kind(v).alias("k_record"),
-               F.lit(None).cast("string").alias("read_error")]
+    columns = [F.col("raw_record"), F.col("source_file"), F.col("source_modified"),
+               _record_kind(v).alias("k_record"), F.lit(None).cast("string").alias("read_error")]
     for name in EVENT_FIELDS:
         columns.append(F.schema_of_variant(F.try_variant_get(v, f"$.{name}", "variant"))
                        .alias(f"t_{name}"))
@@ -196,7 +197,8 @@ def _parquet_view(raw: DataFrame) -> DataFrame:
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int",
              "timestamp": "timestamp"}
     # raw_record is left to ``classify``, which renders it for the invalid rows only.
-    columns = [F.col("source_file"), F.lit("dict").alias("k_record"), F.col("read_error")]
+    columns = [F.col("source_file"), F.col("source_modified"), F.lit("dict").alias("k_record"),
+               F.col("read_error")]
     for name, (kind, _nullable) in field_kinds(EVENT_SCHEMA).items():
         columns.append(F.when(F.col(name).isNotNull(), F.lit(kinds[kind])).alias(f"k_{name}"))
     columns += [F.col(n) for n in EVENT_FIELDS]
@@ -298,15 +300,17 @@ def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
     return rules
 
 
-def _skew_rule(max_future_skew_ms: int, skew_text: str, now: Column) -> tuple[Column, Column]:
-    """The one rule of our own: ``ts`` may not be more than the skew ahead of ``now``."""
-    # In epoch microseconds: in a stream ``now`` becomes a literal only after optimization, too
-    # late to fold, and a calendar-aware ``timestamp_add`` per row cost more than this test.
-    too_far = F.unix_micros("ts") > F.unix_micros(now) + F.lit(max_future_skew_ms * 1000)
+def _skew_rule(max_future_skew_ms: int, skew_text: str) -> tuple[Column, Column]:
+    """The one rule of our own: ``ts`` may not be more than the skew ahead of the time its file
+    was written (its modification time), a reference every query and every rerun that reads the
+    file sees alike, so each record lands in exactly one of the output and the dead letter."""
+    # In epoch microseconds: a calendar-aware ``timestamp_add`` per row cost more than this test.
+    written = F.col("source_modified")
+    too_far = F.unix_micros("ts") > F.unix_micros(written) + F.lit(max_future_skew_ms * 1000)
     return (too_far,
             F.concat(F.lit("ts "), _iso(F.col("ts")),
-                     F.lit(f" is more than {skew_text} ahead of the processing time "),
-                     _iso(now), F.lit(" (--max-future-skew)")))
+                     F.lit(f" is more than {skew_text} ahead of its file's modification time "),
+                     _iso(written), F.lit(" (--max-future-skew)")))
 
 
 def _none_broken(conditions: list[Column]) -> Column:
@@ -348,37 +352,29 @@ def _event_columns() -> list[Column]:
 
 
 def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
-             skew_text: Optional[str] = None, now: Optional[datetime] = None) -> DataFrame:
+             skew_text: Optional[str] = None) -> DataFrame:
     """Every raw record with ``valid``, its ``reason`` (null when valid), the event columns, the
-    raw text (for Parquet, the row as JSON, on invalid rows only) and the source file. ``raw``
-    comes from ``read_raw_stream`` or ``read_raw_batch``. The number of invalid records is
-    attached as observed metrics (``VALIDATION_METRICS``), per micro-batch in a stream.
+    raw text (for typed input, the row as JSON, on invalid rows only) and the source file.
 
-    ``--max-future-skew`` is judged against ``now``, by default Spark's ``current_timestamp()``.
-    In a stream that is the micro-batch's processing time, recorded in the offset log, so a batch
-    replayed after a crash judges every record as before. A batch job that reads its input more
-    than once passes one fixed ``now``, so that every pass judges alike.
+    :param raw: from ``read_raw_stream`` or ``read_raw_batch``.
+    :param fmt: the input format (``json`` is parsed from text; the others are typed rows).
+    :param max_future_skew_ms: how far ``ts`` may be ahead of its file's modification time.
+    :param skew_text: the skew as the user wrote it, for the reason text.
 
-    Select on ``valid``, not on ``reason`` (``valid_events`` and ``dead_letters`` do). The rules
-    are evaluated in two parts, because of how Spark compiles them:
+    The number of invalid records is attached as observed metrics (``VALIDATION_METRICS``), per
+    micro-batch in a stream. Every rule depends on the record and its file only, so the main
+    query, the dead-letter query and any rerun judge every record alike.
 
-    * the reason, one CASE over every rule, makes a method too large for the JVM's JIT (HotSpot
-      interprets methods over 8,000 bytes of bytecode). Inlined into the filter of valid rows, it
-      cost more than the attribution. ``valid`` has no strings to build and stays compiled; the
-      reason is evaluated only where ``valid`` is false;
-    * ``now`` is a new literal in every micro-batch, and Spark generates and compiles each
-      stage's code anew, with no JIT-compiled code to reuse, whenever a literal in it changes.
-      ``conforms`` (every rule but the skew) is computed below the metrics' collection, a stage
-      of its own whose code is the same in every micro-batch; the skew test joins it above.
+    Select on ``valid``, not on ``reason`` (``valid_events`` and ``dead_letters`` do): the
+    reason, one CASE over every rule, makes a method too large for the JVM's JIT (HotSpot
+    interprets methods over 8,000 bytes of bytecode); inlined into the filter of valid rows, it
+    cost more than the attribution. ``valid`` has no strings to build and stays compiled; the
+    reason is evaluated only where ``valid`` is false.
     """
     view = _json_view(raw) if fmt == "json" else _parquet_view(raw)
-    skew_rule = _skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
-                           F.current_timestamp() if now is None else F.lit(now))
-    rules, future = _rules(skew_rule), skew_rule[0]
-    valid = F.col("conforms") & ~F.coalesce(future, F.lit(False))
-    view = (view.withColumn("conforms", _none_broken([c for c, _ in rules if c is not future]))
-                .observe(VALIDATION_METRICS, F.count(F.when(~valid, 1)).alias("invalid"))
-                .withColumn("valid", valid)
+    rules = _rules(_skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms"))
+    view = (view.withColumn("valid", _none_broken([c for c, _ in rules]))
+                .observe(VALIDATION_METRICS, F.count(F.when(~F.col("valid"), 1)).alias("invalid"))
                 .withColumn("reason", F.when(~F.col("valid"), _first_reason(rules))))
     if fmt != "json":
         # A typed row has no text of its own; it is rendered as JSON only for the dead letter

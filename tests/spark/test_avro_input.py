@@ -12,7 +12,7 @@ from attribution.oracle import sort_key
 from attribution.spark.avro_source import list_files, read_file
 from attribution.spark.files import read_attributions
 from jobs.attribution_job import parse_args, run
-from support import stage_in_arrival_order
+from support import FILE_TIME, stage_in_arrival_order
 
 MODES = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
          "transformWithState": ["--backend", "transformWithState"],
@@ -87,8 +87,8 @@ def test_corrupt_avro_files_and_blocks_are_dead_lettered_and_the_rest_goes_on(sp
     staged = stage_in_arrival_order(files, tmp_path / "in")
     _corrupt_block_copy(str(files[0]), staged / "part-90000.avro")
     (staged / "part-90001.avro").write_bytes(b"not an avro file")
-    os.utime(staged / "part-90000.avro", (1_700_000_000, 1_700_000_000))
-    os.utime(staged / "part-90001.avro", (1_700_000_001, 1_700_000_001))
+    os.utime(staged / "part-90000.avro", (FILE_TIME + 100, FILE_TIME + 100))
+    os.utime(staged / "part-90001.avro", (FILE_TIME + 101, FILE_TIME + 101))
     options = ["--mode", "batch"] if mode == "batch" else []
     report, rows = _run(spark, tmp_path, staged, "avro", *options)
     dead = pq.read_table(tmp_path / "dead-avro").to_pylist()

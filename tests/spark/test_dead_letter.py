@@ -8,16 +8,19 @@ them are goals of the chapter's user), and one dropping good rows would change t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from attribution.events import validate
 from attribution.oracle import attribute_batch
 from attribution.spark.files import read_events
 from attribution.spark.validation import classify, read_raw_batch
 from jobs.attribution_job import parse_args, run
-from support import ROOT, stage_in_arrival_order
+from support import FILE_TIME, ROOT, stage_in_arrival_order
 
 USER = "UserX"
 GOOD_VISIT = {"event_id": "bad-visit", "user_id": USER, "event_type": "visit",
@@ -41,9 +44,9 @@ BAD_LINES = [
     # part 0: far-future records. Accepted, either would drag the watermark to the far future
     # and make every later event late; the year 9999 would even crash the pandas backend.
     (0, json.dumps({**HEARTBEAT, "event_id": "future-heartbeat", "ts": "2200-01-01T00:00:00Z"}),
-     "ts 2200-01-01T00:00:00.000Z is more than 1 day ahead of the processing time"),
+     "ts 2200-01-01T00:00:00.000Z is more than 1 day ahead of its file's modification time"),
     (0, json.dumps({**GOOD_VISIT, "event_id": "future-goal", "ts": "9999-12-31T23:59:59.000Z"}),
-     "ts 9999-12-31T23:59:59.000Z is more than 1 day ahead of the processing time"),
+     "ts 9999-12-31T23:59:59.000Z is more than 1 day ahead of its file's modification time"),
     (1, json.dumps({**GOOD_IMPRESSION, "event_id": "ancient", "ts": "1000-01-01T00:00:00Z"}),
      "ts 1000-01-01T00:00:00.000Z is outside the supported range [1677-09-22T00:00:00Z, "
      "2262-04-11T00:00:00Z)"),
@@ -141,7 +144,7 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
         python_reason = validate(record)
         ts = record.get("ts") if isinstance(record, dict) else None
         if str(ts)[:4] in ("9999", "2200", "1000"):
-            # Only Spark knows the processing time and the backends' time range.
+            # Only Spark knows the file's modification time and the backends' time range.
             assert python_reason is None and row.reason.startswith("ts " + record["ts"][:4])
         elif ts == 5:
             # events.ts_to_ms takes an int as epoch ms (for in-memory events); the JSON form of
@@ -314,3 +317,35 @@ def test_an_unreadable_parquet_file_stops_the_job_cleanly_and_loses_nothing(spar
     assert main(argv) == 0
     assert set(_committed_rows(spark, tmp_path / "out")) == CH7_ROWS
     assert len(_committed_rows(spark, tmp_path / "out")) == 2
+
+
+@pytest.mark.parametrize("mode", ["stream", "batch"])
+def test_records_at_the_future_skew_edge_land_in_exactly_one_place(spark, tmp_path, mode):
+    """--max-future-skew is judged against the file's modification time, which the main query,
+    the dead-letter query and every rerun see alike: goals seconds either side of the edge are
+    each an output row or a dead letter, never both and never neither."""
+    from attribution.events import ms_to_iso
+
+    written_s = FILE_TIME
+    edge_ms = written_s * 1000 + 86_400_000  # --max-future-skew 1 day
+    offsets_s = (-3, -2, -1, 0, 1, 2, 3)
+    goals = [{"event_id": f"g{k:+d}", "user_id": f"u{k:+d}", "event_type": "visit",
+              "ts": ms_to_iso(edge_ms + 1000 * k), "url": "/buy", "is_goal": True}
+             for k in offsets_s]
+    heartbeat = {"event_id": "hb", "event_type": "heartbeat", "ts": ms_to_iso(edge_ms + 10_000)}
+    events = tmp_path / "in"
+    events.mkdir()
+    (events / "part-00000.json").write_text("\n".join(json.dumps(g) for g in goals) + "\n")
+    (events / "part-00001.json").write_text(json.dumps(heartbeat) + "\n")
+    os.utime(events / "part-00000.json", (written_s, written_s))
+    os.utime(events / "part-00001.json", (written_s + 20, written_s + 20))  # the heartbeat fits
+    options = ["--mode", "batch"] if mode == "batch" else ["--max-files-per-trigger", "1"]
+    args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
+                       "--checkpoint", str(tmp_path / "cp"), "--dead-letter", str(tmp_path / "dl"),
+                       "--watermark-delay", "0 seconds", "--max-future-skew", "1 day",
+                       "--quiet", *options])
+    run(spark, args)
+    emitted = [r.goal_event_id for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    dead = [json.loads(r.raw_record)["event_id"] for r in _dead_letters(spark, tmp_path / "dl")]
+    assert sorted(emitted) == sorted(f"g{k:+d}" for k in offsets_s if k <= 0)
+    assert sorted(dead) == sorted(f"g{k:+d}" for k in offsets_s if k > 0)

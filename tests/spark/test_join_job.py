@@ -24,7 +24,7 @@ from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.schema import EVENT_FIELDS
 from attribution.spark.files import data_files, read_events, write_events
 from joins.testing import FAST_STATE_CONF, session_conf
-from support import ROOT
+from support import FILE_TIME, ROOT
 
 JOB = ROOT / "jobs" / "join_job.py"
 BASE_MS = ts_to_ms("2024-03-01T08:00:00Z")
@@ -85,7 +85,7 @@ def write_input(events: list[Event], directory: Path, fmt: str, files: int = 4) 
     size = -(-len(events) // files)
     chunks = [events[n * size:(n + 1) * size] for n in range(files)]
     chunks.append([Event("hb", None, "heartbeat", heartbeat_ms(events))])
-    first_mtime = 1_700_000_000
+    first_mtime = FILE_TIME
     for n, chunk in enumerate(chunks):
         path = directory / f"part-{n:05d}.{fmt}"
         write_events(chunk, path, fmt)

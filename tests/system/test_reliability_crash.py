@@ -35,7 +35,7 @@ import pytest
 
 from attribution.oracle import sort_key
 from attribution.spark.files import read_attributions
-from support import ROOT, committed_attributions
+from support import FILE_TIME, ROOT, committed_attributions
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 POLL_SECONDS = 0.005
@@ -158,7 +158,7 @@ class Trickle:
         source = self.files[self.given]
         hidden = self.events_dir / f".{source.name}.tmp"  # Spark skips dot-files
         shutil.copy(source, hidden)
-        mtime = 1_700_000_000 + self.given
+        mtime = FILE_TIME + self.given
         os.utime(hidden, (mtime, mtime))
         hidden.rename(self.events_dir / source.name)
         self.given += 1
