@@ -84,6 +84,7 @@ class OutputColumn:
     doc: str
 
     def kind(self) -> str:
+        """The column's type, as ``attribution.schema.type_kind`` names it (e.g. ``timestamp``)."""
         return field_kinds(EVENT_SCHEMA)[self.field][0]
 
 
@@ -107,14 +108,20 @@ CLICK_COLUMNS = (
 
 
 def output_columns(how: str) -> tuple[OutputColumn, ...]:
-    """The output columns of a join type: a semi join has the impression's only."""
+    """The output columns of a join type: a semi join has the impression's only.
+
+    :param how: the join type, one of ``JOIN_TYPES``.
+    """
     if how == "left_semi":
         return tuple(c for c in CLICK_COLUMNS if c.side != "visit")
     return CLICK_COLUMNS
 
 
 def side_fields(side: str) -> list[str]:
-    """The event fields one side feeds to the join: its output columns' and the join keys."""
+    """The event fields one side feeds to the join: its output columns' and the join keys.
+
+    :param side: ``impression`` or ``visit``.
+    """
     keys = [pair[SIDES.index(side)] for pair in CLICK_KEYS]
     wanted = keys + [c.field for c in CLICK_COLUMNS if c.side in (side, "either")]
     return list(dict.fromkeys(["event_id", "ts", *wanted]))
@@ -253,7 +260,11 @@ def _side(events, event_type: str, delay_ms: int):
 
 def build_click_join(events, args):
     """Split valid events into deduplicated, watermarked impressions and visits, join them, and
-    select ``CLICK_COLUMNS``; return the ``JoinResult``."""
+    select ``CLICK_COLUMNS``; return the ``JoinResult``.
+
+    :param events: a stream of valid events (``valid_events``), not yet watermarked.
+    :param args: the parsed command line (strategy, join type, window, delays).
+    """
     from pyspark.sql import functions as F
 
     # One read of the directory, two watermarks: both sides see every file in the same batch.
@@ -280,7 +291,10 @@ def build_click_join(events, args):
 
 def exact_duration(ms: int) -> str:
     """A duration as ``format_duration_ms`` writes it, exact to the millisecond
-    (``1800001`` -> ``"30 min and 1 ms"``)."""
+    (``1800001`` -> ``"30 min and 1 ms"``).
+
+    :param ms: the duration in milliseconds, not negative.
+    """
     text = format_duration_ms(ms)
     if parse_duration_ms(text) == ms:
         return text
@@ -290,12 +304,20 @@ def exact_duration(ms: int) -> str:
     return f"{ms} ms"
 
 
+def _iso(ms: Optional[int]) -> Optional[str]:
+    return None if ms is None else ms_to_iso(ms)
+
+
 def _a(name: str) -> str:
     return ("an " if name[:1] in "aeiou" else "a ") + name
 
 
 def promised_rule(side: SideCleanup, window: str) -> str:
-    """The operator's eviction predicate for one side, in words relative to the watermark."""
+    """The operator's eviction predicate for one side, in words relative to the watermark.
+
+    :param side: the side's promised cleanup (``ExpectedCleanup.left`` or ``.right``).
+    :param window: the tumbling window as given on the command line, for a window predicate.
+    """
     if not side.cleanable:
         return f"{side.name} rows are never dropped from the join state"
     offset = side.offset_ms
@@ -308,7 +330,11 @@ def promised_rule(side: SideCleanup, window: str) -> str:
 
 
 def detected_rule(name: str, side: DetectedSide) -> str:
-    """Spark's eviction predicate for one side, in words with its threshold as an ISO time."""
+    """Spark's eviction predicate for one side, in words with its threshold as an ISO time.
+
+    :param name: the side's name (``impression`` or ``visit``).
+    :param side: what ``inspect_join`` read from the executed plan for that side.
+    """
     if side.strategy == "none" or side.threshold_ms is None:
         return f"Spark never drops {name} rows from the join state"
     column = f"{side.column}.{side.field}" if side.field else side.column
@@ -459,10 +485,6 @@ class ClickJoinRun:
         return "\n".join(lines)
 
 
-def _iso(ms: Optional[int]) -> Optional[str]:
-    return None if ms is None else ms_to_iso(ms)
-
-
 def run(spark, args) -> ClickJoinRun:
     """Start the join and its dead-letter query; follow them until the trigger finishes
     (available-now) or Ctrl-C."""
@@ -473,6 +495,8 @@ def run(spark, args) -> ClickJoinRun:
         return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),
                         args.format, args.max_future_skew_ms, args.max_future_skew)
 
+    # Both sides' plans hold this one observation, each branch over every record, and Spark
+    # reports it once per batch: a count of the records read, each once.
     classified = classified_input(args.max_files_per_trigger).observe(
         INPUT_METRICS, F.count(F.lit(1)).alias("records"))
     result = build_click_join(valid_events(classified), args)
