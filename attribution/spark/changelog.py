@@ -33,12 +33,13 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     rows (or fails on a 0-byte file). Only the sink's ``_spark_metadata`` log says which files
     are part of the output.
 
-    Downstream, instead of folding everything again: apply each micro-batch's rows in order as
-    a MERGE into a table keyed by ``(goal_event_id, model, impression_event_id)``, taking per
-    key the row of the highest ``(revision, sign)``: delete the key if it is a retraction,
-    upsert it otherwise. Additive measures need no fold at all: ``SUM(sign * credit)`` or
-    ``SUM(sign * credited_value)`` over the raw changelog, grouped by anything, equals the same
-    sum over the folded table.
+    Downstream, instead of folding everything again: MERGE each micro-batch's rows (or several
+    batches' rows) into a table keyed by ``(goal_event_id, model, impression_event_id)``,
+    taking per key the row of the highest ``revision``, its retraction rather than the row if
+    both are there: delete the key if it is a retraction, upsert it otherwise. Additive
+    measures need no fold at all: ``SUM(sign * credit)`` or ``SUM(sign * credited_value)`` over
+    the raw changelog, grouped by anything, equals the same sum over the folded table
+    (docs/reading-output.md has both in SQL).
 
     ``rows``: a DataFrame with at least ``ROW_KEY``'s columns (``sign``, ``revision`` optional).
     Returns the folded rows, in input order, with a fresh index. Raises

@@ -78,6 +78,15 @@ def test_a_sum_by_sign_over_the_changelog_equals_the_sum_over_the_folded_table()
     assert folded.to_dict() == {"first_touch": 1.0, "last_touch": 1.0, "linear": 2.0}
 
 
+def test_the_merge_rule_of_the_docs_gives_the_folded_table():
+    """Per row key: the highest revision, its retraction over the row; a retraction deletes."""
+    keyed = CHANGELOG.fillna({"impression_event_id": "(organic)"})
+    last = (keyed.sort_values(["revision", "sign"], ascending=[True, False])
+            .groupby(["goal_event_id", "model", "impression_event_id"]).tail(1))
+    merged = last[last["sign"] == 1].replace({"impression_event_id": {"(organic)": None}})
+    assert as_set(merged) == TABLE
+
+
 def test_output_without_sign_or_revision_folds_to_itself():
     plain = CHANGELOG[CHANGELOG["revision"] == 0].drop(columns=["sign", "revision"])
     plain = plain[~plain.duplicated(["goal_event_id", "model", "impression_event_id"])]
