@@ -53,6 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if Path(args.out).resolve() == Path(args.attributions).resolve():
+        print("error: --out must not be the --attributions directory: the report's Parquet "
+              "files would become part of the output", file=sys.stderr)
+        return 2
     try:
         changelog = read_attributions(args.attributions)
         table = fold_changelog(changelog)

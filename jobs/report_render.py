@@ -114,7 +114,7 @@ def html_page(daily: pd.DataFrame, totals: pd.DataFrame, charts: list[Path],
               summary: str) -> str:
     """The report as one HTML document: ``summary``, the charts inlined, then both tables."""
     def table(frame: pd.DataFrame) -> str:
-        return frame.to_html(index=False, na_rep="", float_format=lambda v: f"{v:,.4g}",
+        return frame.to_html(index=False, na_rep="", float_format=lambda v: f"{v:,.2f}",
                              border=0)
 
     legend = "".join(f"<li><b>{name}</b>: {html.escape(text)}</li>"

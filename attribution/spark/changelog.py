@@ -20,9 +20,8 @@ class InconsistentChangelog(ValueError):
 def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     """Fold a changelog of attribution rows into the current table.
 
-    Every row of the output is a ``sign = +1`` row (``-1`` retractions are kept in the input
-    only). A retraction (``sign = -1``) cancels the ``+1`` row it repeats: the same
-    ``ROW_KEY`` and ``revision``. What is left is, per ``(goal_event_id, model)``, the rows of
+    A retraction (``sign = -1``) cancels the ``+1`` row it repeats: the same ``ROW_KEY`` and
+    ``revision``. What is left, only ``+1`` rows, is, per ``(goal_event_id, model)``, the rows of
     its latest revision. Output written without ``sign``/``revision`` counts as ``+1``/``0``
     everywhere, so folding it changes nothing.
 
@@ -56,9 +55,9 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     key = [*ROW_KEY, "revision"]
     # dropna=False: organic rows, with no impression_event_id, are rows like any other.
     net = frame.groupby(key, dropna=False, sort=False)["sign"].transform("sum")
-    wrong = frame[~net.isin((0, 1))]
-    if not wrong.empty:
-        bad, count = wrong.iloc[0], net[~net.isin((0, 1))].iloc[0]
+    wrong = ~net.isin((0, 1))
+    if wrong.any():
+        bad, count = frame[wrong].iloc[0], net[wrong].iloc[0]
         what = ("retracted more often than emitted" if count < 0
                 else f"emitted {count} times without a retraction")
         raise InconsistentChangelog(

@@ -41,14 +41,17 @@ SUCCESS_MARKER = "_SUCCESS"
 SINK_LOG_VERSION = "v1"  # FileStreamSinkLog.VERSION; a log of another version is refused
 _LOG_BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")  # "7", "9.compact"; not ".7.crc" or temps
 
-# Spec sections 7 and 8: the value of each column when its feature is off, which is also what
-# it means in output written before the column existed.
-ABSENT_COLUMN_DEFAULTS = {"impression_campaign": None, "goal_value": None,
-                          "credited_value": None, "sign": 1, "revision": 0,
-                          "emit_timing": "ON_TIME"}
-_ABSENT_COLUMN_TYPES = {"impression_campaign": ["null", "string"], "goal_value": ["null", "double"],
-                        "credited_value": ["null", "double"], "sign": "int", "revision": "int",
-                        "emit_timing": "string"}
+# The columns spec sections 7 and 8 add: Avro type, and the value when the feature is off,
+# which is also what the column means in output written before it existed.
+_ADDED_COLUMNS = {
+    "impression_campaign": (["null", "string"], None),
+    "goal_value": (["null", "double"], None),
+    "credited_value": (["null", "double"], None),
+    "sign": ("int", 1),
+    "revision": ("int", 0),
+    "emit_timing": ("string", "ON_TIME"),
+}
+ABSENT_COLUMN_DEFAULTS = {name: default for name, (_, default) in _ADDED_COLUMNS.items()}
 REQUIRED_COLUMNS = tuple(f for f in OUTPUT_FIELDS if f not in ABSENT_COLUMN_DEFAULTS)
 
 
@@ -61,7 +64,7 @@ def _absent_columns_schema() -> dict:
     declared = {f["name"]: f for f in OUTPUT_SCHEMA["fields"]}
     return {"type": "record", "name": "AddedColumns",
             "fields": [declared.get(name, {"name": name, "type": avro_type})
-                       for name, avro_type in _ABSENT_COLUMN_TYPES.items()]}
+                       for name, (avro_type, _) in _ADDED_COLUMNS.items()]}
 
 
 def committed_files(path: PathLike) -> list[Path]:
@@ -182,8 +185,8 @@ def _read_parquet(file: Path) -> pa.Table:
 def read_attributions(path: PathLike) -> "pd.DataFrame":
     """The committed rows of a job's output (or of one Parquet file) as a pandas DataFrame.
 
-    Reads no uncommitted file and needs no Spark. Timestamps are UTC, ``impression_id`` a
-    nullable ``Int64``; rows are the changelog as written (``fold_changelog`` nets it).
+    Reads no uncommitted file and needs no Spark. Timestamps are UTC, 64-bit integer columns
+    nullable ``Int64`` (``impression_id`` is null on organic rows); rows are the changelog as written (``fold_changelog`` nets it).
     ``path``: an output directory or a Parquet file. Raises ``NotAttributionOutput``.
     """
     import pandas as pd

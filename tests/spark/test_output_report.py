@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from attribution.spark.output import (
-    ABSENT_COLUMN_DEFAULTS,
     committed_files,
     read_attribution_rows,
     read_attributions,
@@ -29,6 +28,9 @@ from jobs.attribution_job import parse_args, run
 from support import committed_attributions
 
 COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
+# Spec sections 7 and 8: the columns' values when their features are off.
+FEATURES_OFF = {"impression_campaign": None, "goal_value": None, "credited_value": None,
+                "sign": 1, "revision": 0, "emit_timing": "ON_TIME"}
 
 
 def test_the_reader_returns_exactly_the_committed_rows(spark, tmp_path, ch7_stream_dir):
@@ -62,7 +64,7 @@ def test_the_reader_returns_exactly_the_committed_rows(spark, tmp_path, ch7_stre
     frame = read_attributions_spark(spark, out)
     assert frame.count() == 2
     first = frame.orderBy("goal_event_id").first().asDict()
-    assert {c: first[c] for c in ABSENT_COLUMN_DEFAULTS} == ABSENT_COLUMN_DEFAULTS
+    assert {c: first[c] for c in FEATURES_OFF} == FEATURES_OFF
 
 
 def utc_day(ms: int):

@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from attribution.spark.output import (
-    ABSENT_COLUMN_DEFAULTS,
     NotAttributionOutput,
     committed_files,
     read_attribution_rows,
@@ -22,6 +21,9 @@ from attribution.spark.output import (
 from support import attribution_record, write_batch_output, write_sink_output
 
 HOUR = 3_600_000
+# Spec sections 7 and 8: the columns' values when their features are off.
+FEATURES_OFF = {"impression_campaign": None, "goal_value": None, "credited_value": None,
+                "sign": 1, "revision": 0, "emit_timing": "ON_TIME"}
 
 
 def batches(count: int) -> list[list[dict]]:
@@ -91,7 +93,7 @@ def test_a_batch_output_counts_once_its_success_marker_exists(tmp_path):
 def test_output_without_the_added_columns_reads_with_their_defaults(tmp_path):
     write_batch_output(tmp_path / "old", batches(1)[0])
     frame = read_attributions(tmp_path / "old")
-    for column, default in ABSENT_COLUMN_DEFAULTS.items():
+    for column, default in FEATURES_OFF.items():
         expected = [default] * 2
         values = [None if v != v else v for v in frame[column]]  # NaN -> None
         assert values == expected, column

@@ -150,6 +150,7 @@ def test_help_says_what_it_reads_and_writes(capsys):
     ("foreign", "is not attribution output: it lacks the columns"),
     ("no rows yet", "holds attribution output without any committed row yet"),
     ("out is a file", "cannot write the report to --out"),
+    ("out is the output", "--out must not be the --attributions directory"),
 ])
 def test_refusals_are_one_error_line(tmp_path, case, message):
     attributions, out = tmp_path / "attributions", tmp_path / "report"
@@ -167,6 +168,9 @@ def test_refusals_are_one_error_line(tmp_path, case, message):
     elif case == "out is a file":
         write_batch_output(attributions, [attribution_record("g1", 0)])
         out.write_text("")
+    elif case == "out is the output":
+        write_batch_output(attributions, [attribution_record("g1", 0)])
+        out = attributions
     result = subprocess.run(
         [sys.executable, "-m", "jobs.report", "--attributions", str(attributions), "--out",
          str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120,
