@@ -3,11 +3,14 @@
 * ``ROOT``, ``CH7_DIR``: the repository and the chapter 7 dataset in it;
 * ``stage_in_arrival_order``: copy files so a file stream reads them in a given order;
 * ``committed_attributions``: the rows a Spark file sink committed;
+* ``attribution_record``, ``write_sink_output``, ``write_batch_output``: attribution output
+  written without Spark, laid out as Spark's streaming file sink or batch writer lays it out;
 * ``reference_attribution``: an independent brute-force reading of the rules, on networkx;
 * ``larger_event_set``: a few hundred random events of one user.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter, defaultdict
@@ -146,3 +149,79 @@ def committed_attributions(spark, path: Path) -> list[Attribution]:
                   .withColumn("impression_ts", F.unix_millis("impression_ts")))
     return sorted((Attribution(**{**r.asDict(), "trail": tuple(r.trail)})
                    for r in frame.collect()), key=sort_key)
+
+
+# Types of the columns spec sections 7 and 8 add to the output, as Spark writes them.
+ADDED_OUTPUT_TYPES = {"impression_campaign": "string", "goal_value": "float64",
+                      "credited_value": "float64", "sign": "int32", "revision": "int32",
+                      "emit_timing": "string"}
+
+
+def attribution_record(goal: str, goal_ts: int, impression: int | None = None, *,
+                       model: str = "last_touch", credit: float | None = None,
+                       user_id: str = "u", **added) -> dict:
+    """One output row as a dict: ``impression`` is an impression_id (None: organic), timestamps
+    in epoch ms; ``added`` sets columns of ``ADDED_OUTPUT_TYPES``."""
+    from attribution.events import ms_to_datetime
+
+    organic = impression is None
+    return {"user_id": user_id, "goal_event_id": goal, "goal_url": f"/goal/{goal}",
+            "goal_ts": ms_to_datetime(goal_ts), "impression_id": impression,
+            "impression_event_id": None if organic else f"i-{impression}",
+            "impression_source_url": None if organic else "/search",
+            "impression_target_url": None if organic else "/landing",
+            "impression_ts": None if organic else ms_to_datetime(goal_ts - 60_000),
+            "trail": [] if organic else ["/landing"], "model": model,
+            "credit": (0.0 if organic else 1.0) if credit is None else credit, **added}
+
+
+def output_table(records: list[dict]):
+    """Records of ``attribution_record`` as an Arrow table: the output schema, plus the added
+    columns the first record has."""
+    import pyarrow as pa
+
+    from attribution.schema import OUTPUT_SCHEMA
+    from attribution.spark.types import arrow_schema
+
+    schema = arrow_schema(OUTPUT_SCHEMA)
+    added = [pa.field(name, pa.type_for_alias(kind)) for name, kind in ADDED_OUTPUT_TYPES.items()
+             if records and name in records[0] and name not in schema.names]
+    return pa.Table.from_pylist(records, schema=pa.schema(list(schema) + added))
+
+
+def write_sink_output(out: Path, batches: list[list[dict]],
+                      compact_interval: int = 10) -> list[Path]:
+    """Write micro-batches as Spark's streaming file sink does: one part file per batch, then its
+    ``_spark_metadata`` log file (``<id>.compact`` repeating all earlier entries every
+    ``compact_interval`` batches). Returns the part files, in batch order."""
+    import pyarrow.parquet as pq
+
+    log = out / "_spark_metadata"
+    log.mkdir(parents=True, exist_ok=True)
+    parts, entries = [], []
+    for batch, records in enumerate(batches):
+        part = out / f"part-00000-{batch:08d}-0000-0000-0000-000000000000-c000.snappy.parquet"
+        pq.write_table(output_table(records), part)
+        parts.append(part)
+        entry = {"path": part.as_uri(), "size": part.stat().st_size, "isDir": False,
+                 "modificationTime": 0, "blockReplication": 1, "blockSize": 33554432,
+                 "action": "add"}
+        entries.append(entry)
+        compact = (batch + 1) % compact_interval == 0
+        name = f"{batch}.compact" if compact else str(batch)
+        listed = entries if compact else [entry]
+        (log / name).write_text("\n".join(["v1", *(json.dumps(e) for e in listed)]))
+    return parts
+
+
+def write_batch_output(out: Path, records: list[dict], success: bool = True) -> Path:
+    """Write rows as a finished (``success``) or unfinished Spark batch write: one part file and
+    the ``_SUCCESS`` marker. Returns the part file."""
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    part = out / "part-00000-00000000-0000-0000-0000-000000000000-c000.snappy.parquet"
+    pq.write_table(output_table(records), part)
+    if success:
+        (out / "_SUCCESS").write_text("")
+    return part

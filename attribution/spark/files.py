@@ -1,5 +1,8 @@
 """Reading and writing spec files without Spark: event files in, attribution rows out.
 
+Attribution output is read back through ``attribution.spark.output``, which reads only the
+files a job committed.
+
 Formats are chosen by file extension: ``.json``/``.jsonl`` (JSON lines), ``.parquet`` and
 ``.avro``. A directory is read file by file in name order, which is the arrival order the
 generators and the ch. 7 dataset use. Parquet timestamps are written as microseconds, UTC.
@@ -16,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core import Attribution
-from ..events import Event, ms_to_datetime, ms_to_iso, parse_event, ts_to_ms
-from ..schema import EVENT_SCHEMA, OUTPUT_FIELDS, OUTPUT_SCHEMA
+from ..events import Event, ms_to_datetime, ms_to_iso, parse_event
+from ..schema import EVENT_SCHEMA, OUTPUT_SCHEMA
 from .types import arrow_schema
 
 FORMATS = ("json", "parquet", "avro")
@@ -109,18 +112,3 @@ def write_attributions(rows: Iterable[Attribution], path: PathLike) -> None:
     """Write attribution rows as one Parquet file."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(attributions_to_arrow(rows), path)
-
-
-def read_attributions(path: PathLike) -> list[Attribution]:
-    """Read attribution rows from Parquet written by this module or by a Spark job's file sink."""
-    files = [path] if Path(path).is_file() else data_files(path)
-    rows = []
-    for f in files:
-        for r in pq.read_table(f).to_pylist():
-            r = {k: r.get(k) for k in OUTPUT_FIELDS}
-            r["goal_ts"] = ts_to_ms(r["goal_ts"])
-            if r["impression_ts"] is not None:
-                r["impression_ts"] = ts_to_ms(r["impression_ts"])
-            r["trail"] = tuple(r["trail"] or ())
-            rows.append(Attribution(**r))
-    return rows

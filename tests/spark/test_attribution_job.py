@@ -16,7 +16,8 @@ import pytest
 
 from attribution.events import Event
 from attribution.oracle import attribute_batch, sort_key
-from attribution.spark.files import read_attributions, read_events, write_events
+from attribution.spark.files import read_events, write_events
+from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import ROOT, stage_in_arrival_order
 
@@ -32,7 +33,7 @@ def run_job(spark, tmp_path: Path, events: Path, *options: str):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
                        "--checkpoint", str(tmp_path / "checkpoint"), "--quiet", *options])
     report = run(spark, args)
-    return report, sorted(read_attributions(tmp_path / "out"), key=sort_key)
+    return report, sorted(read_attribution_rows(tmp_path / "out"), key=sort_key)
 
 
 # Each stream backend with its default state layout, then the other layout.
@@ -70,7 +71,7 @@ def test_random_disordered_streams_equal_the_oracle(spark, tmp_path, backend):
     dataset = generate(params, tmp_path / "data", plot=False)
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["disorder"]["no_late_events"] is True
-    truth = sorted(read_attributions(dataset.truth_path), key=sort_key)
+    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
     assert len(truth) > 20 and any(r.organic for r in truth) and any(len(r.trail) > 1 for r in truth)
 
     report, rows = run_job(spark, tmp_path, dataset.events_dir, "--backend", backend,
@@ -168,7 +169,7 @@ def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     assert "attributed   : 2" in result.stdout
     # spark-submit's PythonRunner merges the driver's stderr into its stdout
     assert "batch 0: input 4 rows" in result.stdout + result.stderr
-    rows = read_attributions(tmp_path / "out")
+    rows = read_attribution_rows(tmp_path / "out")
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert json.loads((tmp_path / "report.json").read_text())["goals"] == 2
 

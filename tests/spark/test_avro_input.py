@@ -10,7 +10,7 @@ import pytest
 
 from attribution.oracle import sort_key
 from attribution.spark.avro_source import list_files, read_file
-from attribution.spark.files import read_attributions
+from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import FILE_TIME, stage_in_arrival_order
 
@@ -41,7 +41,7 @@ def _run(spark, tmp_path: Path, events: Path, fmt: str, *options: str):
                        "--dead-letter", str(tmp_path / f"dead-{fmt}"),
                        "--checkpoint", str(tmp_path / f"cp-{fmt}"), "--quiet", *options])
     report = run(spark, args)
-    return report, sorted(read_attributions(tmp_path / f"out-{fmt}"), key=sort_key)
+    return report, sorted(read_attribution_rows(tmp_path / f"out-{fmt}"), key=sort_key)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -53,7 +53,7 @@ def test_avro_input_gives_the_rows_of_parquet_input_of_the_same_seed(spark, tmp_
         report, rows[fmt] = _run(spark, tmp_path, staged, fmt, "--max-files-per-trigger", "1",
                                  *MODES[mode])
         assert report.goals == len(rows[fmt]) > 0
-    truth = sorted(read_attributions(same_seed["parquet"].truth_path), key=sort_key)
+    truth = sorted(read_attribution_rows(same_seed["parquet"].truth_path), key=sort_key)
     assert rows["avro"] == rows["parquet"] == truth
 
 
@@ -99,5 +99,5 @@ def test_corrupt_avro_files_and_blocks_are_dead_lettered_and_the_rest_goes_on(sp
     assert all(d["source_file"].endswith((".avro")) for d in dead)
     # The damaged copy only repeats event ids of the first file (redeliveries), so the output is
     # the truth of the intact files.
-    truth = sorted(read_attributions(same_seed["avro"].truth_path), key=sort_key)
+    truth = sorted(read_attribution_rows(same_seed["avro"].truth_path), key=sort_key)
     assert rows == truth

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from attribution.oracle import sort_key
-from attribution.spark.files import read_attributions
+from attribution.spark.output import read_attribution_rows
 from attribution.spark.pipeline import BACKENDS
 from support import ROOT, committed_attributions
 
@@ -140,7 +140,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                                        disorder="bounded", max_delay="2 minutes",
                                        redelivery_rate=0.05, watermark_delay="10 minutes"),
                        tmp_path / "data", plot=False)
-    truth = sorted(read_attributions(dataset.truth_path), key=sort_key)
+    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
     assert truth and any(r.trail for r in truth)
 
     # The control: the executors' Python has the libraries, and not the project.

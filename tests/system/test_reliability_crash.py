@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import pytest
 
 from attribution.oracle import sort_key
-from attribution.spark.files import read_attributions
+from attribution.spark.output import read_attribution_rows
 from support import FILE_TIME, ROOT, committed_attributions
 
 JOB = ROOT / "jobs" / "attribution_job.py"
@@ -176,7 +176,7 @@ def dataset(tmp_path_factory):
                              watermark_delay="10 minutes")
     result = generate(params, out / "data", plot=False)
     assert result.manifest["disorder"]["no_late_events"] is True
-    truth = sorted(read_attributions(result.truth_path), key=sort_key)
+    truth = sorted(read_attribution_rows(result.truth_path), key=sort_key)
     assert len(truth) > 10 and any(r.organic for r in truth) and any(r.trail for r in truth)
     files = []
     for n, f in enumerate(result.event_files):

@@ -23,7 +23,8 @@ from attribution.config import DEFAULT_WATERMARK_DELAY, MS_PER_DAY, parse_durati
 from attribution.events import parse_event, ts_to_ms
 from attribution.oracle import attribute_batch
 from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA
-from attribution.spark.files import data_files, read_attributions, read_event_records, read_events
+from attribution.spark.files import data_files, read_event_records, read_events
+from attribution.spark.output import read_attribution_rows
 from attribution.spark.types import arrow_schema
 from generators.behaviour import EventColumns
 from generators.dataset import OutputExists, build, generate
@@ -88,14 +89,14 @@ def test_default_params_come_from_the_attribution_config():
 
 def test_truth_equals_the_oracle_over_the_files_read_back(default_run, default_events):
     expected = attribute_batch(default_events, default_run.dataset.params.attribution_config())
-    truth = read_attributions(default_run.truth_path)
+    truth = read_attribution_rows(default_run.truth_path)
     assert len(truth) == default_run.manifest["counts"]["goals"] > 100
     assert truth == expected
 
 
 def test_every_behaviour_appears_in_the_default_run(default_run, default_events):
     events = [e for e in default_events if e.event_type != "heartbeat"]
-    truth = read_attributions(default_run.truth_path)
+    truth = read_attribution_rows(default_run.truth_path)
     visits = [e for e in events if e.event_type == "visit"]
     impressions = [e for e in events if e.event_type == "impression"]
     search_urls = {e.source_url for e in impressions}
@@ -399,7 +400,7 @@ def test_truth_matches_the_oracle_in_every_format(tmp_path, fmt):
                              disorder="per-source", heartbeat=True, **SMALL)
     run = generate(params, tmp_path, plot=False)
     expected = attribute_batch(read_events(run.events_dir), params.attribution_config())
-    assert read_attributions(run.truth_path) == expected and len(expected) > 20
+    assert read_attribution_rows(run.truth_path) == expected and len(expected) > 20
 
 
 # -- errors and writing -----------------------------------------------------------------------------
