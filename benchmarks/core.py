@@ -1,6 +1,6 @@
 """Benchmark of the engine-free attribution core: how long one user's goals take to attribute.
 
-The issue's bar is that 10,000 visits for one user attribute in well under a second. Each
+The target is that 10,000 visits for one user attribute in well under a second. Each
 scenario builds one user's events in memory (no Spark, no files), adds them to a fresh
 ``UserAttribution`` and times ``fire`` at the watermark that releases every goal. The median
 over ``--repeat`` runs is printed, in wall-clock and CPU seconds (CPU is the fairer number on a
@@ -39,7 +39,6 @@ from attribution import AttributionConfig, Event  # noqa: E402
 from attribution.core import WATERMARK_INFINITY, UserAttribution  # noqa: E402
 from generators.shapes import CHAIN_USER, chain_events, click_event, repeat_events  # noqa: E402
 
-TARGET_SECONDS = 1.0
 TARGET_SECONDS = 1.0
 
 

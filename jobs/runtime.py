@@ -58,7 +58,8 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     if shuffle_partitions is None and not spark.sparkContext.getConf().contains(
             "spark.sql.shuffle.partitions"):
         # Spark's default of 200 means 200 state stores per micro-batch; one per core keeps every
-        # core busy with the fewest (benchmarks/streaming.py --levers: 1x the cores beat 2x and 4x).
+        # core busy with the fewest (python -m benchmarks.streaming --levers: 1x the cores beat 2x
+        # and 4x).
         spark.conf.set("spark.sql.shuffle.partitions",
                        str(max(1, spark.sparkContext.defaultParallelism)))
     return spark

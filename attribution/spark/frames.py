@@ -4,8 +4,8 @@ and rows.
 Inputs carry ``ts_ms`` (epoch milliseconds, computed by Spark with ``unix_millis``), so no
 Python-side timestamp or time-zone conversion happens on the way in. On the way out, timestamps
 are UTC-aware values. Everything here runs once per user per micro-batch or once per row, so it
-works column-wise and avoids per-row pandas work: at a million events that overhead, not the
-attribution, is what the benchmark (``benchmarks/streaming.py``) measured first.
+works column-wise and avoids per-row pandas work, which at a million events costs more than the
+attribution itself (measured with ``python -m benchmarks.streaming``).
 """
 from __future__ import annotations
 

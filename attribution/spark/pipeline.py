@@ -28,8 +28,9 @@ from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS
 from .types import spark_struct
 
 BACKENDS = ("applyInPandasWithState", "transformWithState")
-# The faster of the two on benchmarks/streaming.py (README, Performance): applyInPandasWithState keyed
-# by hash buckets of users, so its per-key pandas cost is paid per bucket, not per user.
+# The faster of the two on the benchmark (benchmarks/streaming; README, Performance):
+# applyInPandasWithState keyed by hash buckets of users, so its per-key pandas cost is paid per
+# bucket, not per user.
 DEFAULT_BACKEND = "applyInPandasWithState"
 # applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small
 # cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per

@@ -5,9 +5,9 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
 * ``CompactAttributionProcessor`` (what the job runs): per user, one value state holding the
   core's versioned Avro blob (``to_bytes``) and the registered timer. Every state call of the
   Python ``transformWithState`` API is a round trip to the JVM's state server; a call here makes
-  two (one read, one write), plus timer calls only when the wake-up moves. ``benchmarks/streaming.py``
-  measured the declared layout below spending more CPU on those round trips than on the
-  attribution itself.
+  two (one read, one write), plus timer calls only when the wake-up moves. The benchmark's levers
+  (``python -m benchmarks.streaming --levers``) measured the declared layout below spending more
+  CPU on those round trips than on the attribution itself.
 * ``AttributionProcessor``: the state declared, not hidden in a blob, so it can be read entry by
   entry (e.g. with Spark's state data source):
 

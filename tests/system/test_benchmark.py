@@ -1,4 +1,4 @@
-"""The benchmark harness (benchmarks/streaming.py) kept working: a tiny end-to-end run, not a benchmark.
+"""The benchmark harness (benchmarks/streaming) kept working: a tiny end-to-end run, not a benchmark.
 
 The run goes through the same code as ``make bench`` at a few thousand events, in the suite's
 Spark session, and checks that the table has every row with numbers that make sense and that
@@ -10,16 +10,21 @@ import subprocess
 import sys
 
 import pytest
+from pyspark.sql import functions as F
 
-from benchmarks import streaming as benchmark
-from benchmarks.streaming import RUN_KINDS, RUN_LABELS, interleaved, parse_args, plateau_verdict
+from attribution.spark.pipeline import DEFAULT_STATE_BUCKETS
+from benchmarks.streaming.cli import parse_args, run
+from benchmarks.streaming.datasets import make_dataset
+from benchmarks.streaming.kinds import RUN_KINDS, RUN_LABELS
+from benchmarks.streaming.modes import interleaved
+from benchmarks.streaming.report import plateau_verdict
 from support import ROOT
 
 
 def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
     args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3",
                        "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "r.json")])
-    results = benchmark.run(spark, args)
+    results = run(spark, args)
     out = capsys.readouterr().out
 
     section = results["main"]
@@ -42,9 +47,16 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
     # Python workers exist only for the runs that call Python; the native count needs none.
     assert rows["applyInPandasWithState"]["workers_mib"] > 0
     assert rows["transformWithState"]["workers_mib"] > 0
-    # applyInPandasWithState keeps one state row per user with state
+    # Until the heartbeat's batch nothing leaves the state, so at the peak every user is in it:
+    # transformWithState keeps one row per user, applyInPandasWithState one per hash bucket that
+    # holds users. The same seed generates the same users again, to count those buckets.
     encoding = section["state_encoding"]
-    assert rows["applyInPandasWithState"]["state_peak_rows"] <= encoding["users_with_state"]
+    again = make_dataset(tmp_path / "again", 2000, 3, args.seed, "again")
+    users = spark.read.parquet(str(again.events_dir)).where(F.col("user_id").isNotNull())
+    assert encoding["users_with_state"] == users.select("user_id").distinct().count()
+    assert rows["transformWithState"]["state_peak_rows"] == encoding["users_with_state"]
+    buckets = users.select(F.pmod(F.xxhash64("user_id"), F.lit(DEFAULT_STATE_BUCKETS))).distinct()
+    assert rows["applyInPandasWithState"]["state_peak_rows"] == buckets.count()
     assert 0 < encoding["blob_bytes_per_event"] < 10 * encoding["avro_bytes_per_event"]
     assert (tmp_path / "r.json").read_text().startswith("{")
 
@@ -56,7 +68,7 @@ def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, c
     args = parse_args(["--only-modes", "--no-warmup", "--state-growth", "--growth-events", "4000",
                        "--growth-files", "10", "--growth-backends", "transformWithState",
                        "--work-dir", str(tmp_path / "work")])
-    runs = {r["gc"]: r for r in benchmark.run(spark, args)["state_growth"]["runs"]}
+    runs = {r["gc"]: r for r in run(spark, args)["state_growth"]["runs"]}
     with_gc, without = runs["GC"]["rows_per_batch"], runs["no GC"]["rows_per_batch"]
     assert len(with_gc) >= 10 and len(without) >= 10
     # Without GC every user ever seen keeps a row; with it, rows leave after the lookback.
@@ -67,19 +79,21 @@ def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, c
 
 
 @pytest.mark.slow
-def test_join_mode_runs_every_strategy_or_says_why_not(spark, tmp_path, capsys):
-    args = parse_args(["--only-modes", "--no-warmup", "--join", "--join-events", "2000", "--files", "3",
-                       "--work-dir", str(tmp_path / "work")])
-    join = benchmark.run(spark, args)["join"]
-    if "skipped" in join:
-        assert "join mode skipped" in capsys.readouterr().out
-        return
+def test_join_mode_runs_every_strategy(spark, tmp_path, capsys):
     from jobs.join_job import STRATEGY_CHOICES
 
+    args = parse_args(["--only-modes", "--no-warmup", "--join", "--join-events", "2000",
+                       "--files", "3", "--work-dir", str(tmp_path / "work")])
+    join = run(spark, args)["join"]
+    out = capsys.readouterr().out
+    assert 1_500 <= join["records"] <= 3_000
     assert [r["strategy"] for r in join["runs"]] == list(STRATEGY_CHOICES)
     for r in join["runs"]:
-        assert r["clicks"] > 0 and r["events_per_s"] > 0
-        assert r["state_rows_per_batch"]
+        assert r["strategy"] in out
+        assert r["clicks"] > 0 and r["seconds"] > 0 and r["events_per_s"] > 0 and r["ratio"] > 0
+        assert r["peak_rss_mib"] > 0
+        assert len(r["state_rows_per_batch"]) >= 4    # 3 files + heartbeat, one per micro-batch
+        assert max(r["state_rows_per_batch"]) > 0
 
 
 def test_interleaving_rotates_the_order_each_repeat():
@@ -95,15 +109,15 @@ def test_plateau_verdict():
 
 
 def test_help_shows_defaults_and_bad_arguments_fail_clearly():
-    script = str(ROOT / "jobs" / "benchmark.py")
-    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
-                         check=True).stdout
+    command = [sys.executable, "-m", "benchmarks.streaming"]
+    out = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
     for option in ("--events", "--repeats", "--scale", "--state-growth", "--join", "--runs",
                    "--files", "--max-files-per-trigger", "--json"):
         assert option in out
     assert "1000000" in out and "(default: 3)" in out
-    bad = subprocess.run([sys.executable, script, "--runs", "native,fast"], capture_output=True,
-                         text=True)
+    bad = subprocess.run([*command, "--runs", "native,fast"], capture_output=True, text=True,
+                         cwd=ROOT)
     assert bad.returncode == 2 and "unknown kind(s) fast" in bad.stderr
-    bad = subprocess.run([sys.executable, script, "--events", "0"], capture_output=True, text=True)
+    bad = subprocess.run([*command, "--events", "0"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "--events must be at least 1" in bad.stderr
