@@ -85,11 +85,14 @@ def _local_path(path: str) -> Path:
 
 
 def list_files(directory: str) -> list[tuple[int, str]]:
-    """The ``*.avro`` files of ``directory`` as ``(mtime_ns, absolute path)``, in read order.
+    """The ``*.avro`` files of ``directory`` (or the one file it names) as
+    ``(mtime_ns, absolute path)``, in read order.
 
     Hidden and underscore-prefixed names (temporary files, markers) are not input.
     """
     root = _local_path(directory)
+    if root.is_file():  # one file named directly
+        return [(root.stat().st_mtime_ns, os.path.abspath(root))]
     out = []
     for entry in os.scandir(root):
         if entry.is_file() and entry.name.endswith(".avro") and not entry.name.startswith(("_", ".")):

@@ -20,8 +20,9 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
+import functools
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -29,7 +30,7 @@ from pyspark.sql import functions as F
 from ..config import MAX_STRING_LENGTH, parse_duration_ms
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
 from .pipeline import apply_trigger
-from .readers import FILE_GLOBS, FORMATS, read_event_batch, read_event_stream
+from .readers import FILE_GLOBS, FORMATS, event_struct, read_event_batch, read_event_stream
 from .types import spark_struct
 
 # How far past its file's modification time an event may claim to be. Clocks of real clients
@@ -99,6 +100,18 @@ def read_raw_stream(spark, events_dir: str, fmt: str,
         return _raw_parquet(read_event_stream(spark, events_dir, fmt, max_files_per_trigger))
     if fmt == "avro":
         return read_event_stream(spark, events_dir, fmt, max_files_per_trigger)
+    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def read_raw_files(spark, files: list, fmt: str) -> DataFrame:
+    """Raw records of the given input files, as ``read_raw_batch`` reads a directory."""
+    if fmt == "json":
+        return _raw_json(spark.read.format("text").load(list(files)))
+    if fmt == "parquet":
+        return _raw_parquet(spark.read.schema(event_struct()).parquet(*files))
+    if fmt == "avro":
+        frames = [read_event_batch(spark, f, fmt) for f in files]
+        return functools.reduce(DataFrame.unionByName, frames)
     raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -384,9 +397,12 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
     return view.select("raw_record", "source_file", "valid", "reason", *_event_columns())
 
 
-def valid_events(classified: DataFrame) -> DataFrame:
-    """The valid rows of ``classify`` in the event schema, ready for ``withWatermark``."""
-    return classified.filter(F.col("valid")).select(*EVENT_FIELDS)
+def valid_events(classified: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """The valid rows of ``classify`` in the event schema, ready for ``withWatermark``.
+
+    :param keep: more columns of ``classify`` to keep, e.g. ``["source_file"]``.
+    """
+    return classified.filter(F.col("valid")).select(*EVENT_FIELDS, *keep)
 
 
 def dead_letters(classified: DataFrame) -> DataFrame:
