@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast lint check-java venv clean bench
+.PHONY: run test test-fast lint check-java venv clean bench bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -35,6 +35,10 @@ lint: $(STAMP)
 
 bench: check-java $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming
+
+# The highest input rate each query sustains, fed live (benchmarks/streaming/sustainable.py).
+bench-sustainable: check-java $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming --only-modes --sustainable
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -5,6 +5,7 @@
     python -m benchmarks.streaming --scale             # 250k, 500k and 1M: how cost grows
     python -m benchmarks.streaming --state-growth      # long horizon: state with and without GC
     python -m benchmarks.streaming --join              # the click-through join, every strategy
+    make bench-sustainable                             # highest rate each query keeps up with
 
 One dataset per size is generated with the project's generator (Parquet, which Spark decodes far
 faster than JSON lines, so the input format does not hide the stateful work), in ``--files``
@@ -28,7 +29,8 @@ the core's answer (goal and attributed counts; native: the counts sum to the eve
 windows the final watermark closed).
 
 Modules: ``cli`` (arguments, the run of every mode asked for), ``modes`` (main table, scale,
-state growth, levers, join), ``runs`` (one timed run of one kind), ``datasets`` (generating the
+state growth, levers, join), ``sustainable`` (the sustainable-throughput mode, fed live by the
+load generator: its definitions are in its docstring), ``runs`` (one timed run of one kind), ``datasets`` (generating the
 input and the facts runs are checked against), ``report`` (summaries, tables, formatting),
 ``listeners`` (micro-batch progress and state figures), ``sampling`` (memory and CPU from
 ``/proc``), ``kinds`` (what runs, and its labels).

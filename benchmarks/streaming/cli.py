@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attribution.config import parse_duration_ms
+
 from . import __doc__ as OVERVIEW
 from .kinds import RUN_KINDS, STREAM_BACKENDS
 from .modes import (
@@ -24,6 +26,7 @@ from .modes import (
 )
 from .report import machine_description, print_main
 from .runs import Bench
+from .sustainable import SUSTAINABLE_KINDS, sustainable_mode
 
 PROG = "python -m benchmarks.streaming"
 # The overview without its title, usage lines and module list.
@@ -75,9 +78,32 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "with one setting changed) against the job and the native count")
     parser.add_argument("--lever-events", type=int, default=200_000, metavar="N",
                         help="records of the levers dataset (default: %(default)s)")
+    parser.add_argument("--sustainable", action="store_true",
+                        help="also find each query's highest sustainable rate, fed live by the "
+                             "load generator (see benchmarks/streaming/sustainable.py)")
+    parser.add_argument("--sustainable-kinds", default=",".join(SUSTAINABLE_KINDS),
+                        metavar="KINDS",
+                        help="comma-separated subset of: " + ", ".join(SUSTAINABLE_KINDS) +
+                             " (default: all)")
+    parser.add_argument("--sustainable-trigger", default="10 seconds", metavar="DURATION",
+                        help="processing-time trigger of the sustainable runs; a rate is "
+                             "sustainable only if the p99 micro-batch is shorter "
+                             "(default: %(default)s)")
+    parser.add_argument("--sustainable-min-rate", type=int, default=1_000, metavar="EVENTS_PER_S",
+                        help="lower bound of the rate search, probed first (default: %(default)s)")
+    parser.add_argument("--sustainable-max-rate", type=int, default=100_000,
+                        metavar="EVENTS_PER_S",
+                        help="upper bound of the rate search (default: %(default)s)")
+    parser.add_argument("--sustainable-probes", type=int, default=6, metavar="N",
+                        help="probes per kind, bounds included (default: %(default)s)")
+    parser.add_argument("--sustainable-duration", default="60 seconds", metavar="DURATION",
+                        help="how long the load runs in each probe, at least 4 triggers; its "
+                             "first quarter is not measured (default: %(default)s)")
+    parser.add_argument("--sustainable-file-interval", default="1 second", metavar="DURATION",
+                        help="one new input file per interval (default: %(default)s)")
     parser.add_argument("--only-modes", action="store_true",
-                        help="skip the main table; run only --state-growth, --join and/or "
-                             "--levers")
+                        help="skip the main table; run only --state-growth, --join, --levers "
+                             "and/or --sustainable")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
                         help=f"skip the untimed warm-up run of every Spark kind on "
                              f"{WARMUP_EVENTS:,} events (at most --events) before the measured "
@@ -115,7 +141,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if any(b not in STREAM_BACKENDS for b in args.growth_backends):
         parser.error(f"--growth-backends: choose from {', '.join(STREAM_BACKENDS)}")
     for name in ("events", "repeats", "files", "max_files_per_trigger", "growth_events",
-                 "growth_files", "lever_events"):
+                 "growth_files", "lever_events", "sustainable_min_rate", "sustainable_probes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.join_events is None:
@@ -124,9 +150,36 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.conf = dict(c.split("=", 1) for c in args.conf)
     except ValueError:
         parser.error("--conf takes KEY=VALUE")
-    if args.only_modes and not (args.state_growth or args.join or args.levers):
-        parser.error("--only-modes needs --state-growth, --join and/or --levers")
+    if args.only_modes and not (args.state_growth or args.join or args.levers
+                                or args.sustainable):
+        parser.error("--only-modes needs --state-growth, --join, --levers and/or --sustainable")
+    _check_sustainable(parser, args)
     return args
+
+
+def _check_sustainable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Parse and check the --sustainable-* options; a bad one is a usage error."""
+    args.sustainable_kinds = [k.strip() for k in args.sustainable_kinds.split(",") if k.strip()]
+    unknown = [k for k in args.sustainable_kinds if k not in SUSTAINABLE_KINDS]
+    if unknown or not args.sustainable_kinds:
+        parser.error(f"--sustainable-kinds: unknown kind(s) {', '.join(unknown) or '(none)'}; "
+                     f"choose from {', '.join(SUSTAINABLE_KINDS)}")
+    for name in ("trigger", "duration", "file_interval"):
+        option = f"--sustainable-{name.replace('_', '-')}"
+        value = getattr(args, f"sustainable_{name}")
+        try:
+            ms = parse_duration_ms(value, option)
+        except ValueError as err:
+            parser.error(str(err))
+        if ms <= 0:
+            parser.error(f"{option} must be longer than 0, got {value!r}")
+        setattr(args, f"sustainable_{name}_ms", ms)
+    if args.sustainable_max_rate < args.sustainable_min_rate:
+        parser.error(f"--sustainable-max-rate {args.sustainable_max_rate} is below "
+                     f"--sustainable-min-rate {args.sustainable_min_rate}")
+    if args.sustainable_duration_ms < 4 * args.sustainable_trigger_ms:
+        parser.error(f"--sustainable-duration {args.sustainable_duration!r} must be at least 4 "
+                     f"times --sustainable-trigger {args.sustainable_trigger!r}")
 
 
 def run(spark, args) -> dict:
@@ -162,6 +215,8 @@ def run(spark, args) -> dict:
                 results["join"] = join_mode(bench, args)
             if args.levers:
                 results["levers"] = lever_mode(bench, args)
+            if args.sustainable:
+                results["sustainable"] = sustainable_mode(bench, args)
     finally:
         bench.close()
         if not args.work_dir:

@@ -59,6 +59,13 @@ class ProgressRecorder:
             self._terminated.add(run_id)
             self._cond.notify_all()
 
+    def wait_started(self, name: str, timeout: float = 120.0) -> None:
+        """Wait until a query named ``name`` has started since ``start_window``, for at most
+        ``timeout`` seconds; raise if none did."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: name in self._started.values(), timeout):
+                raise RuntimeError(f"query {name!r} did not start within {timeout:.0f}s")
+
     def wait_for(self, name: str, timeout: float = 120.0) -> list[dict]:
         """Wait until every query started since ``start_window`` has ended (at least one named
         ``name``), for at most ``timeout`` seconds; return the progress of the queries named

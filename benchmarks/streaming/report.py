@@ -108,6 +108,17 @@ def render_table(summaries: list[Summary]) -> str:
     return "\n".join(lines)
 
 
+def align_table(rows: list) -> str:
+    """``rows`` of text cells, the header first, as a table: the first column left-aligned, the
+    others right-aligned, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join([row[0].ljust(widths[0])]
+                       + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])])
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def fmt_bytes(value: Optional[int]) -> str:
     """A byte count in KiB or MiB."""
     if value is None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from attribution.config import parse_duration_ms, spark_interval
 
@@ -41,6 +42,18 @@ class RunResult:
     def as_dict(self) -> dict:
         """Every field, and the rate, for the JSON report."""
         return {**asdict(self), "events_per_s": self.events_per_s}
+
+
+def native_counts(events, watermark_delay: str):
+    """Spark's own stateful aggregation over the streaming DataFrame ``events``: a count per user
+    per ``NATIVE_WINDOW`` of event time, with a watermark ``watermark_delay`` behind, heartbeats
+    dropped after it saw them."""
+    from pyspark.sql import functions as F
+
+    from attribution.spark.pipeline import drop_heartbeats
+
+    watermarked = events.withWatermark("ts", spark_interval(parse_duration_ms(watermark_delay)))
+    return drop_heartbeats(watermarked).groupBy("user_id", F.window("ts", NATIVE_WINDOW)).count()
 
 
 def _write_available_now(rows, scratch: Path, name: str, what: str) -> None:
@@ -79,6 +92,21 @@ class Bench:
         path.mkdir(parents=True)
         return path
 
+    @contextmanager
+    def session_conf(self, conf: dict) -> Iterator[None]:
+        """Set the Spark configuration ``conf`` (key -> value) while inside, then restore it."""
+        saved = {key: self.spark.conf.get(key, None) for key in conf}
+        try:
+            for key, value in conf.items():
+                self.spark.conf.set(key, value)
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, value)
+
     def timed(self, fn: Callable[[], object], query_name: Optional[str] = None) -> tuple:
         """Run ``fn`` with memory sampled and progress recorded; return (result, seconds,
         memory peaks, micro-batches of the streaming query named ``query_name``, if any)."""
@@ -108,16 +136,12 @@ class Bench:
     def _native(self, dataset: Dataset, repeat: int, scratch: Path) -> RunResult:
         from pyspark.sql import functions as F
 
-        from attribution.spark.pipeline import drop_heartbeats
         from attribution.spark.readers import read_event_stream
 
         def query():
             events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
                                        self.args.max_files_per_trigger)
-            watermarked = events.withWatermark(
-                "ts", spark_interval(parse_duration_ms(dataset.watermark_delay)))
-            counts = (drop_heartbeats(watermarked)
-                      .groupBy("user_id", F.window("ts", NATIVE_WINDOW)).count())
+            counts = native_counts(events, dataset.watermark_delay)
             _write_available_now(counts, scratch, "benchmark_native", "native aggregation")
 
         _, seconds, memory, batches = self.timed(query, "benchmark_native")
@@ -165,15 +189,12 @@ class Bench:
         from attribution.spark.pipeline import attribution_stream
         from attribution.spark.readers import read_event_stream
 
-        scratch = self.scratch("bare")
-        saved = {key: self.spark.conf.get(key, None) for key in (conf or {})}
         cores = self.spark.sparkContext.defaultParallelism
+        # A multiple of the cores, e.g. "2x", becomes that many.
+        conf = {key: str(int(value[:-1]) * cores) if value.endswith("x") else value
+                for key, value in (conf or {}).items()}
+        scratch = self.scratch("bare")
         try:
-            for key, value in (conf or {}).items():
-                if value.endswith("x"):  # a multiple of the cores, e.g. "2x"
-                    value = str(int(value[:-1]) * cores)
-                self.spark.conf.set(key, value)
-
             def query():
                 events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
                                            self.args.max_files_per_trigger)
@@ -182,16 +203,12 @@ class Bench:
                     config=dataset.config, backend=backend, **stream_options)
                 _write_available_now(rows, scratch, "benchmark_bare", "attribution query")
 
-            _, seconds, memory, batches = self.timed(query, "benchmark_bare")
+            with self.session_conf(conf):
+                _, seconds, memory, batches = self.timed(query, "benchmark_bare")
             counts = self.spark.read.parquet(str(scratch / "out")).agg(
                 F.count(F.lit(1)).alias("goals"), F.count("impression_id").alias("attributed")
             ).first()
         finally:
-            for key, value in saved.items():
-                if value is None:
-                    self.spark.conf.unset(key)
-                else:
-                    self.spark.conf.set(key, value)
             shutil.rmtree(scratch, ignore_errors=True)
         check = "ok" if (counts.goals, counts.attributed) == (dataset.goals, dataset.attributed) \
             else f"FAIL: {counts.goals} / {counts.attributed}"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 MIB = 1024 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -33,13 +34,16 @@ def _process_table() -> dict[int, tuple[int, str, int, float]]:
     return table
 
 
-def _descendants(table: dict, root: int) -> list[int]:
+def _descendants(table: dict, root: int, skip: frozenset = frozenset()) -> list[int]:
+    """``root`` and every process below it in ``table``, except the subtrees of ``skip``."""
     children = defaultdict(list)
     for pid, (ppid, *_) in table.items():
         children[ppid].append(pid)
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        if pid in skip:
+            continue
         out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
@@ -81,6 +85,19 @@ class MemorySampler:
         self._cpu_base: dict[int, float] = {}   # pid -> its CPU seconds when the window began
         self._cpu_last: dict[int, float] = {}   # pid -> its CPU seconds at the latest sample
         self._alive: set[int] = set()
+        self._excluded: frozenset = frozenset()
+
+    @contextmanager
+    def excluding(self, pid: int) -> Iterator[None]:
+        """Leave process ``pid`` and its children out of the samples while inside (e.g. a load
+        generator that is this process's child but not part of what is measured)."""
+        with self._lock:
+            self._excluded = self._excluded | {pid}
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._excluded = self._excluded - {pid}
 
     def __enter__(self) -> "MemorySampler":
         self._stop.clear()
@@ -115,7 +132,7 @@ class MemorySampler:
         root = parent if table.get(parent, (0, ""))[1] == "java" else self.me
         jvm = workers = driver = 0
         cpu = {}
-        for pid in _descendants(table, root):
+        for pid in _descendants(table, root, self._excluded):
             if pid not in table:
                 continue
             _, comm, rss, cpu[pid] = table[pid]

@@ -6,6 +6,7 @@ every run agreed with the core. Timings themselves are never asserted.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -18,6 +19,12 @@ from benchmarks.streaming.datasets import make_dataset
 from benchmarks.streaming.kinds import RUN_KINDS, RUN_LABELS
 from benchmarks.streaming.modes import interleaved
 from benchmarks.streaming.report import plateau_verdict
+from benchmarks.streaming.sustainable import (
+    SUSTAINABLE_KINDS,
+    SUSTAINABLE_LABELS,
+    bisect_rates,
+    percentile,
+)
 from support import ROOT
 
 
@@ -96,6 +103,65 @@ def test_join_mode_runs_every_strategy(spark, tmp_path, capsys):
         assert max(r["state_rows_per_batch"]) > 0
 
 
+@pytest.mark.slow
+def test_sustainable_mode_reports_every_kind_with_sane_numbers(spark, tmp_path, capsys):
+    # Seconds-long probes at two rates: the structure and the numbers' sanity, never a verdict
+    # or an ordering between kinds (the machine may be busy with other work).
+    args = parse_args(["--only-modes", "--no-warmup", "--sustainable",
+                       "--sustainable-trigger", "2 seconds", "--sustainable-duration", "8 seconds",
+                       "--sustainable-file-interval", "500 ms", "--sustainable-min-rate", "100",
+                       "--sustainable-max-rate", "1000", "--sustainable-probes", "2",
+                       "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "r.json")])
+    report = run(spark, args)["sustainable"]
+    out = capsys.readouterr().out
+    assert [r["kind"] for r in report["runs"]] == list(SUSTAINABLE_KINDS)
+    for r in report["runs"]:
+        assert SUSTAINABLE_LABELS[r["kind"]] in out
+        probes = r["probes"]
+        assert [p["rate"] for p in probes] in ([100], [100, 1000])
+        passed = [p["rate"] for p in probes if p["sustainable"]]
+        assert r["sustainable_rate"] == (max(passed) if passed else None)
+        failed = [p["rate"] for p in probes if not p["sustainable"]]
+        assert r["lowest_unsustainable_rate"] == (min(failed) if failed else None)
+        for p in probes:
+            assert p["sustainable"] == (not p["reasons"])
+            assert p["achieved_rate"] > 0 and p["files"] > 0 and p["cpu_seconds"] > 0
+            assert p["goals_measured"] > 0 and 0 <= p["goals_pending"] <= p["goals_measured"]
+            assert p["measured_batches"] == sum(b["measured"] for b in p["micro_batches"])
+            assert sum(b["rows"] for b in p["micro_batches"]) == p["input_rows"]
+            if p["input_rows"]:
+                assert p["cpu_s_per_million"] > 0
+            if p["latency_p50_s"] is not None:
+                assert 0 < p["latency_p50_s"] <= p["latency_p99_s"]
+        if r["sustainable_rate"] is not None:
+            assert r["sustainable_rate"] > 0 and r["cpu_s_per_million"] > 0
+            assert 0 < r["latency_p50_s"] <= r["latency_p99_s"]
+    assert "sustainable" in json.loads((tmp_path / "r.json").read_text())
+
+
+def test_bisection_probes_the_bounds_then_geometric_means():
+    def search(limit, probes=6):
+        seen = []
+
+        def sustainable(rate):
+            seen.append(rate)
+            return rate <= limit
+        return bisect_rates(1_000, 100_000, probes, sustainable), seen
+
+    # Between 1,000 and 100,000: then sqrt(1,000 x 100,000), and so on between pass and fail.
+    assert search(30_000) == ((23_714, 31_623), [1_000, 100_000, 10_000, 31_623, 17_783, 23_714])
+    assert search(500) == ((None, 1_000), [1_000])           # the lower bound fails: stop
+    assert search(10**6) == ((100_000, None), [1_000, 100_000])  # the upper bound holds: stop
+    assert search(30_000, probes=2) == ((1_000, 100_000), [1_000, 100_000])
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile([5.0], 99) == 5.0
+
+
 def test_interleaving_rotates_the_order_each_repeat():
     plan = interleaved(["a", "b", "c"], 3)
     assert plan == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"),
@@ -113,7 +179,8 @@ def test_help_shows_defaults_and_bad_arguments_fail_clearly():
     out = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True,
                          cwd=ROOT).stdout
     for option in ("--events", "--repeats", "--scale", "--state-growth", "--join", "--runs",
-                   "--files", "--max-files-per-trigger", "--json"):
+                   "--files", "--max-files-per-trigger", "--json", "--sustainable",
+                   "--sustainable-trigger", "--sustainable-min-rate", "--sustainable-max-rate"):
         assert option in out
     assert "1000000" in out and "(default: 3)" in out
     bad = subprocess.run([*command, "--runs", "native,fast"], capture_output=True, text=True,
@@ -121,3 +188,6 @@ def test_help_shows_defaults_and_bad_arguments_fail_clearly():
     assert bad.returncode == 2 and "unknown kind(s) fast" in bad.stderr
     bad = subprocess.run([*command, "--events", "0"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "--events must be at least 1" in bad.stderr
+    bad = subprocess.run([*command, "--sustainable-trigger", "10"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert bad.returncode == 2 and "--sustainable-trigger: '10' has no unit" in bad.stderr
