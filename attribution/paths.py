@@ -1,4 +1,4 @@
-"""Path search over one user's referer graph (spec rules 2, 4, 5 and 6).
+"""Path search over one user's referer graph (spec rules 2, 4, 5 and 6, and section 6).
 
 The graph is never materialised. Its edges follow from two equalities, so sorted per-URL lists
 are enough to walk it:
@@ -10,10 +10,11 @@ are enough to walk it:
 "Precedes" is the order ``(ts, event_id)``, so every edge points forward in time: the graph is
 acyclic even when URLs form cycles, and every search below terminates.
 
-Both walks rest on one fact: the predecessors of ``v`` through URL ``X`` (or through the pair
-``(v.referer, v.url)``) are a *prefix*, in that order, of the visits to ``X`` (or of the pair's
-impressions). The best-candidate sweep keeps a running maximum per such list, so it is linear;
-the trail walk reads each list with one cursor.
+Every search rests on one fact: the predecessors of ``v`` through URL ``X`` (or through the
+pair ``(v.referer, v.url)``) are a *prefix*, in that order, of the visits to ``X`` (or of the
+pair's impressions). The last-touch sweep keeps a running maximum per such list and the
+candidate sweep of the other models a running union, so both are linear; the trail walk reads
+each list with one cursor.
 """
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Optional
 
+from .config import model_bit
+
+LAST_TOUCH = model_bit("last_touch")
+
 
 @dataclass(slots=True)
 class Visit:
-    """A visit held in state. ``pending`` is true for a goal that still awaits attribution."""
+    """A visit held in state. ``pending`` is true for a goal that still awaits attribution;
+    ``value`` is a goal's conversion value (None for other visits)."""
 
     event_id: str
     ts: int
@@ -36,6 +42,7 @@ class Visit:
     referer: Optional[str]
     is_goal: bool = False
     pending: bool = False
+    value: Optional[float] = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -44,14 +51,18 @@ class Visit:
 
 @dataclass(slots=True)
 class Impression:
-    """The canonical impression of one logical impression (rule 3), held in state."""
+    """The canonical impression of one logical impression (rule 3), held in state.
+
+    ``consumed`` holds one bit per model (``config.model_bit``) that credited it (section 6).
+    """
 
     event_id: str
     impression_id: int
     ts: int
     source_url: str
     target_url: str
-    consumed: bool = False
+    consumed: int = 0
+    campaign: Optional[str] = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -95,10 +106,17 @@ SCAN_LIMIT = 512
 class ReferrerIndex:
     """Indexes over one user's visits and canonical impressions, for one firing.
 
-    The rule-5 best impression of every visit comes from one sweep over the nodes in
-    ``(ts, event_id)`` order, done lazily up to the goal being attributed (nodes after the last
-    due goal are never swept). Impressions that goals of this firing consume must be reported
-    with ``consume``; the per-URL lists used only by trails are built on first use.
+    Two sweeps over the nodes in ``(ts, event_id)`` order, each done lazily up to the goal being
+    attributed (nodes after the last due goal are never swept):
+
+    * ``last_touch``: the rule-5 best unconsumed impression of every visit, for a firing that
+      computes ``last_touch`` alone. Impressions its goals consume must be reported with
+      ``consume``.
+    * ``candidates``: every impression with a path to a goal, as a bit mask over the impressions
+      in impression order (``ordered``), consumption aside: what every model's candidates are
+      drawn from (section 6).
+
+    The per-URL lists used only by trails are built on first use.
     """
 
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
@@ -107,6 +125,13 @@ class ReferrerIndex:
         nodes = sorted([*self._visits, *self._impressions], key=lambda n: (n.ts, n.event_id))
         self._nodes = nodes
         self._pos = {n.event_id: p for p, n in enumerate(nodes)}
+        self._prefix: Optional[dict] = None  # the last-touch sweep's tables, built on first use
+        self._running: dict = {}  # the candidate sweep's union per group
+        self._goal_reach: dict = {}  # goal position -> the candidate sweep's mask
+        self._reached = 0  # nodes [0, _reached) were swept for candidates
+
+    def _prepare_last_touch(self) -> None:
+        nodes = self._nodes
         # A group is the visits to one URL (keyed by the URL) or the impressions of one
         # (source_url, target_url) pair (keyed by the pair): the two ways into a visit.
         groups: dict = defaultdict(list)
@@ -124,9 +149,10 @@ class ReferrerIndex:
         self._exact = 0  # values before this position count no consumed impression
 
     def consume(self, impression: Impression) -> None:
-        """Mark ``impression`` consumed by a goal of this firing (rule 5)."""
-        impression.consumed = True
-        self._exact = min(self._exact, self._pos[impression.event_id])
+        """Mark ``impression`` consumed for ``last_touch`` by a goal of this firing (rule 7)."""
+        impression.consumed |= LAST_TOUCH
+        if self._prefix is not None:
+            self._exact = min(self._exact, self._pos[impression.event_id])
 
     @cached_property
     def _event_id_rank(self) -> dict:
@@ -163,7 +189,7 @@ class ReferrerIndex:
             if type(node) is Impression:
                 key = (node.source_url, node.target_url)
                 current = running[key] if key in running else before_start(key)
-                if not node.consumed:
+                if not node.consumed & LAST_TOUCH:
                     # Rule 5's order as one max-able key: latest ts, then smallest ids.
                     score = (node.ts, -node.impression_id, -erank[node.event_id])
                     if current is None or score > current[0]:
@@ -198,6 +224,8 @@ class ReferrerIndex:
         consumed earlier in this firing is the sweep redone, from the earliest impression
         consumed since the last exact sweep: usually a click a few events back.
         """
+        if self._prefix is None:
+            self._prepare_last_touch()
         p = self._pos[goal.event_id]
         if p >= self._swept:
             exact = self._exact == self._swept
@@ -206,13 +234,82 @@ class ReferrerIndex:
             if exact:
                 self._exact = p + 1
         found = self._best[p]
-        if found is not None and found[1].consumed:
+        if found is not None and found[1].consumed & LAST_TOUCH:
             self._sweep(self._exact, p + 1)
             self._exact = p + 1
             found = self._best[p]
         if found is None or found[1].ts < goal.ts - lookback_ms:
             return None
         return found[1]
+
+    # -- rule 4 for every model: candidate sets as bit masks -------------------------------------
+    @cached_property
+    def ordered(self) -> list[Impression]:
+        """The impressions in impression order, ascending ``(ts, impression_id, event_id)``:
+        bit ``k`` of a candidate mask stands for ``ordered[k]``."""
+        return sorted(self._impressions, key=lambda i: i.rank)
+
+    @cached_property
+    def _bit(self) -> dict:
+        return {i.event_id: 1 << k for k, i in enumerate(self.ordered)}
+
+    @cached_property
+    def _ordered_ts(self) -> list[int]:
+        return [i.ts for i in self.ordered]
+
+    def candidates(self, goal: Visit, lookback_ms: int) -> int:
+        """Rule 4 without its consumption clause: the impressions with a path to ``goal`` and at
+        most ``lookback_ms`` older, as a mask over ``ordered``.
+
+        One sweep in ``(ts, event_id)`` order serves every goal: a visit's mask is the union of
+        the masks of the earlier visits to its referer URL and of the earlier impressions of its
+        ``(referer, url)`` pair, two prefix unions kept per group as the sweep goes. The sweep
+        never depends on consumption, so consuming never makes it redo anything. Goals may be
+        asked in any order.
+        """
+        p = self._pos[goal.event_id]
+        if p >= self._reached:
+            self._sweep_candidates(p + 1)
+        reach = self._goal_reach.get(p, 0)
+        # Impression order starts with ts, so the impressions inside the lookback are a suffix.
+        oldest = bisect_left(self._ordered_ts, goal.ts - lookback_ms)
+        return reach >> oldest << oldest if oldest else reach
+
+    def _sweep_candidates(self, stop: int) -> None:
+        nodes, running, bit, goal_reach = self._nodes, self._running, self._bit, self._goal_reach
+        for p in range(self._reached, stop):
+            node = nodes[p]
+            if type(node) is Impression:
+                key = (node.source_url, node.target_url)
+                running[key] = running.get(key, 0) | bit[node.event_id]
+                continue
+            referer = node.referer
+            if referer is None:
+                continue
+            reach = running.get(referer, 0) | running.get((referer, node.url), 0)
+            if reach:
+                url = node.url
+                running[url] = running.get(url, 0) | reach
+                if node.is_goal:
+                    goal_reach[p] = reach
+        self._reached = stop
+
+    def last_of(self, mask: int) -> int:
+        """The bit of rule 5's choice among the impressions of a non-empty ``mask``: the greatest
+        ``ts``, then the smallest ``impression_id`` and ``event_id``, i.e. the first in
+        impression order of those at the greatest ``ts``."""
+        first_at_ts = bisect_left(self._ordered_ts, self.ordered[mask.bit_length() - 1].ts)
+        at_ts = mask >> first_at_ts
+        return (at_ts & -at_ts) << first_at_ts
+
+    def impressions_in(self, mask: int) -> list[Impression]:
+        """The impressions of ``mask``, in impression order."""
+        ordered, out = self.ordered, []
+        while mask:
+            low = mask & -mask
+            out.append(ordered[low.bit_length() - 1])
+            mask ^= low
+        return out
 
     # -- rule 6: the trail --------------------------------------------------------------------
     @cached_property
