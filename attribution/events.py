@@ -127,9 +127,9 @@ def _value(record: Mapping[str, Any]) -> Optional[float]:
     try:
         number = float(value)
     except OverflowError:  # an integer beyond a double's range
-        number = math.inf
+        number = math.inf if value > 0 else -math.inf
     if not math.isfinite(number):
-        raise InvalidEvent(f"value must be a finite number, got {str(value)[:_PREVIEW]}")
+        raise InvalidEvent(f"value must be a finite number, got {number}")
     return number
 
 
