@@ -299,7 +299,7 @@ class UserAttribution:
         value = goal.value
         return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
                            None, None, None, None, None, (), model, 0.0,
-                           None, value, None if value is None else 0.0 * value)
+                           None, value, None if value is None else 0.0)
 
     def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...], model: str,
                     credit: float) -> Attribution:
