@@ -5,6 +5,7 @@
     python -m benchmarks.streaming --scale             # 250k, 500k and 1M: how cost grows
     python -m benchmarks.streaming --state-growth      # long horizon: state with and without GC
     python -m benchmarks.streaming --join              # the click-through join, every strategy
+    python -m benchmarks.streaming --models all        # every attribution model in each run
 
 One dataset per size is generated with the project's generator (Parquet, which Spark decodes far
 faster than JSON lines, so the input format does not hide the stateful work), in ``--files``
@@ -16,6 +17,8 @@ files, it runs:
 * (b) the attribution job streaming with ``available-now``, once per backend;
 * (c) the attribution job in batch mode;
 * (d) ``core``: the pure-Python core (``attribute_batch``) over the events read with pyarrow.
+
+Every attribution run computes the models of ``--models`` (default ``last_touch``).
 
 Runs are interleaved (each repeat rotates the order) and each runs in a fresh checkpoint
 directory; the table quotes medians. Events/s is input records over the wall time of the query,
@@ -40,7 +43,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -48,9 +51,11 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attribution.config import (
+    DEFAULT_MODELS,
     DEFAULT_WATERMARK_DELAY,
     AttributionConfig,
     parse_duration_ms,
+    parse_models,
     spark_interval,
 )
 
@@ -343,8 +348,9 @@ def _events_per_user(base: dict) -> float:
 
 
 def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
-                 **overrides) -> Dataset:
-    """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under ``root``."""
+                 models: tuple = DEFAULT_MODELS, **overrides) -> Dataset:
+    """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under ``root``;
+    its runs attribute with ``models``."""
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
@@ -360,7 +366,8 @@ def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
     return Dataset(label=label, root=root, events_dir=result.events_dir, records=result.records,
                    files=len(result.event_files),
                    final_watermark_ms=heartbeat - params.watermark_delay_ms,
-                   watermark_delay=params.watermark_delay, config=params.attribution_config())
+                   watermark_delay=params.watermark_delay,
+                   config=replace(params.attribution_config(), models=models))
 
 
 def closed_window_events(dataset: Dataset) -> int:
@@ -584,7 +591,8 @@ class Bench:
                 "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint"),
                 "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
-                "--dedup-window", f"{dataset.config.dedup_window_ms} ms"]
+                "--dedup-window", f"{dataset.config.dedup_window_ms} ms",
+                "--models", ",".join(dataset.config.models)]
         if kind == BATCH:
             argv += ["--mode", "batch"]
         else:
@@ -631,9 +639,11 @@ class Bench:
                 _write_available_now(rows, scratch, "benchmark_bare", "attribution query")
 
             _, seconds, memory, batches = self._timed(query, "benchmark_bare")
-            counts = self.spark.read.parquet(str(scratch / "out")).agg(
-                F.count(F.lit(1)).alias("goals"), F.count("impression_id").alias("attributed")
-            ).first()
+            first_model = F.col("model") == F.lit(dataset.config.models[0])
+            counts = self.spark.read.parquet(str(scratch / "out")).filter(first_model).agg(
+                F.count_distinct("user_id", "goal_event_id").alias("goals"),
+                F.count_distinct(F.when(F.col("impression_id").isNotNull(), F.col("user_id")),
+                                 "goal_event_id").alias("attributed")).first()
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -655,12 +665,20 @@ class Bench:
             return attribute_batch(read_events_arrow(dataset.events_dir), dataset.config)
 
         rows, seconds, memory, _ = self._timed(attribute)
-        goals, attributed = len(rows), sum(1 for r in rows if not r.organic)
+        goals, attributed = goal_counts(rows, dataset.config.models[0])
         if not dataset.goals:  # the first core run is the reference for the Spark runs
             dataset.goals, dataset.attributed = goals, attributed
         check = "ok" if (goals, attributed) == (dataset.goals, dataset.attributed) else "FAIL"
         return RunResult(CORE, dataset.label, repeat, dataset.records, seconds, memory,
                          goals=goals, attributed=attributed, check=check)
+
+
+def goal_counts(rows, model: str) -> tuple[int, int]:
+    """Goals, and goals ``model`` credited to an impression, among attribution rows (a model may
+    give a goal several rows)."""
+    goals = {(r.user_id, r.goal_event_id) for r in rows if r.model == model}
+    attributed = {(r.user_id, r.goal_event_id) for r in rows if r.model == model and not r.organic}
+    return len(goals), len(attributed)
 
 
 # -- reports --------------------------------------------------------------------------------------
@@ -824,7 +842,7 @@ def warm_up(bench: Bench, args) -> None:
     class loading and JIT compilation, which would otherwise be charged to whichever kind the
     interleaving happens to put first."""
     dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
-                           args.seed + 1, "warm-up")
+                           args.seed + 1, "warm-up", args.models)
     # The main table warms what it runs; the other modes run the native count and both backends.
     kinds = [k for k in (NATIVE, *STREAM_BACKENDS, BATCH) if args.only_modes or k in args.kinds]
     for kind in kinds:
@@ -834,7 +852,8 @@ def warm_up(bench: Bench, args) -> None:
 
 
 def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) -> dict:
-    dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label)
+    dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label,
+                           args.models)
     results = run_size(bench, dataset, kinds, args.repeats)
     summaries = summarise(results, kinds)
     encoding = {}
@@ -858,10 +877,11 @@ def _run_dict(r: RunResult) -> dict:
 def print_main(section: dict, args) -> None:
     print(f"\n== {section['label']}: {section['records']:,} input records (Parquet, "
           f"{section['files']} files incl. heartbeat, maxFilesPerTrigger="
-          f"{args.max_files_per_trigger}), median of {args.repeats} interleaved run(s) ==")
+          f"{args.max_files_per_trigger}), models {','.join(args.models)}, median of "
+          f"{args.repeats} interleaved run(s) ==")
     print(section["table"])
-    print(f"goals {section['goals']:,}, attributed {section['attributed']:,} (from the core; "
-          "every Spark run's counts must match: column 'check')")
+    print(f"goals {section['goals']:,}, attributed by {args.models[0]} {section['attributed']:,} "
+          "(from the core; every Spark run's counts must match: column 'check')")
     enc = section["state_encoding"]
     if enc and enc.get("retained_events"):
         avro = enc["avro_bytes_per_event"]
@@ -916,7 +936,7 @@ def state_growth_mode(bench: Bench, args) -> dict:
     overrides = {"lookback": GROWTH_LOOKBACK, "span": GROWTH_SPAN, "sessions_per_user": 2.0,
                  "session_gap": "1 day"}
     dataset = make_dataset(bench.work / "data" / "growth", args.growth_events, args.growth_files,
-                           args.seed, "state-growth", **overrides)
+                           args.seed, "state-growth", args.models, **overrides)
     horizon_days = parse_duration_ms(GROWTH_SPAN) / lookback_ms
     print(f"\n== state growth: {dataset.records:,} records, users arriving over {GROWTH_SPAN} "
           f"(about {horizon_days:.0f}x the {GROWTH_LOOKBACK} lookback), {dataset.files} files, "
@@ -1006,7 +1026,7 @@ LEVERS = (
 def lever_mode(bench: Bench, args) -> dict:
     """Every lever once, interleaved with the job's own run, on one dataset."""
     dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, args.files,
-                           args.seed, "levers")
+                           args.seed, "levers", args.models)
     reference = bench.run(CORE, dataset, 0)
     print(f"\n== levers: {dataset.records:,} records, {dataset.files} files, one per micro-batch; "
           "the bare attribution query unless noted; one run each ==")
@@ -1132,6 +1152,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "runs")
     parser.add_argument("--no-state-encoding", dest="state_encoding", action="store_false",
                         help="skip measuring state bytes per retained event with the core")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), metavar="LIST",
+                        help="attribution models of every run, comma-separated, or 'all' "
+                             "(default: %(default)s); goal counts are checked on the first")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default: %(default)s)")
     parser.add_argument("--master", default=None,
                         help="Spark master under plain python (default: local[*])")
@@ -1153,6 +1176,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sample-interval", type=float, default=0.2, metavar="SECONDS",
                         help="RSS sampling period (default: %(default)s)")
     args = parser.parse_args(argv)
+    try:
+        args.models = parse_models(args.models)
+    except ValueError as err:
+        parser.error(f"--models: {err}")
     args.kinds = [k.strip() for k in args.runs.split(",") if k.strip()]
     unknown = [k for k in args.kinds if k not in RUN_KINDS]
     if unknown:

@@ -5,10 +5,13 @@
 * ``committed_attributions``: the rows a Spark file sink committed;
 * ``reference_attribution``: an independent brute-force reading of the rules, on networkx;
 * ``assert_same_rows``: rows equal, credits and credited values within rounding;
-* ``larger_event_set``: a few hundred random events of one user.
+* ``larger_event_set``: a few hundred random events of one user;
+* ``multi_touch_events``: generated event files with several ads upstream of many goals, and
+  campaigns and values.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -168,6 +171,40 @@ def larger_event_set(seed: int) -> list[Event]:
                                 is_goal=rng.random() < 0.1))
     rng.shuffle(events)
     return events
+
+
+CAMPAIGNS = (None, "spring", "summer", "brand")
+
+
+def multi_touch_events(dest: Path, seed: int = 5) -> Path:
+    """Generated JSON-lines files, staged in arrival order under ``dest``, where many goals have
+    two or more ad clicks upstream (30 users of six sessions each on a 12-page site; redelivered
+    copies and bounded disorder, no late events with a 10-minute watermark delay). Each
+    impression gets a campaign or none and each goal a value or none, at random: the generator
+    writes neither."""
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    params = GeneratorParams(users=30, seed=seed, files=8, heartbeat=True, pages=12, domains=2,
+                             search_pages=4, sessions_per_user=6, paid_session_prob=0.9,
+                             session_gap="1 day", dormant_gap_prob=0.0, disorder="bounded",
+                             max_delay="2 minutes", redelivery_rate=0.05,
+                             watermark_delay="10 minutes")
+    generated = generate(params, dest.parent / f"{dest.name}-generated", truth=False, plot=False)
+    rng = random.Random(seed)
+    extras: dict = {}  # event id -> the fields added, the same for a redelivered copy
+    src = dest.parent / f"{dest.name}-src"
+    src.mkdir(parents=True)
+    for f in generated.event_files:
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        for r in records:
+            if r["event_type"] == "impression":
+                r.update(extras.setdefault(r["event_id"], {"campaign": rng.choice(CAMPAIGNS)}))
+            elif r["event_type"] == "visit" and r["is_goal"]:
+                value = rng.choice((None, round(rng.uniform(1, 500), 2)))
+                r.update(extras.setdefault(r["event_id"], {"value": value}))
+        (src / f.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return stage_in_arrival_order(sorted(src.glob("part-*.json")), dest)
 
 
 def stage_in_arrival_order(files, dest: Path) -> Path:

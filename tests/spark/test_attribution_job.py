@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from attribution.config import MODELS, AttributionConfig, parse_duration_ms
 from attribution.events import Event
 from attribution.oracle import attribute_batch, sort_key
 from attribution.spark.files import read_attributions, read_events, write_events
 from jobs.attribution_job import parse_args, run
-from support import ROOT, stage_in_arrival_order
+from support import ROOT, multi_touch_events, stage_in_arrival_order
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
 CH7_ROWS = {
@@ -52,10 +53,39 @@ def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, m
                            "--watermark-delay", "3 minutes", *options)
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert rows == attribute_batch(read_events(ch7_stream_dir))
+    # Without --models: last_touch alone, and the columns of later sections at their defaults.
+    assert {(r.model, r.credit, r.impression_campaign, r.goal_value, r.credited_value, r.sign,
+             r.revision, r.emit_timing) for r in rows} == {
+        ("last_touch", 1.0, None, None, None, 1, 0, "ON_TIME")}
     assert (report.goals, report.attributed, report.late_rows) == (2, 2, 0)
+    assert report.attributed_by_model == {"last_touch": 2}
     if mode != "batch":
         assert report.input_rows == 12  # 11 events and the heartbeat
         assert report.batches >= 7       # one per file, plus the timer-only batch
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
+def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tmp_path, mode):
+    """All five models in one run, on generated sessions where many goals have several clicks
+    upstream, with campaigns and values: each path gives the oracle's rows, row for row."""
+    events = multi_touch_events(tmp_path / "events")
+    config = AttributionConfig(models=MODELS, half_life_ms=parse_duration_ms("2 days"))
+    expected = attribute_batch(read_events(events), config)
+    linear = [r for r in expected if r.model == "linear" and not r.organic]
+    assert len(linear) - len({r.goal_event_id for r in linear}) >= 20  # goals of 2+ clicks
+    assert any(r.impression_campaign and r.credited_value for r in linear)
+    assert any(r.goal_value is None for r in expected) and any(r.organic for r in expected)
+
+    report, rows = run_job(spark, tmp_path, events, "--models", "all", "--half-life", "2 days",
+                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+                           *LAYOUTS[mode])
+    assert rows == expected
+    goals = {r.goal_event_id for r in expected}
+    assert report.goals == len(goals) and report.late_rows == 0
+    assert report.attributed_by_model == {
+        m: len({r.goal_event_id for r in expected if r.model == m and not r.organic})
+        for m in MODELS}
+    assert "first_touch" in report.render()
 
 
 @pytest.mark.slow
