@@ -39,6 +39,10 @@ def model_bit(model: str) -> int:
     return 1 << MODELS.index(model)
 
 
+# last_touch's bit: what the consumed mark of state from before other models existed stands for.
+LAST_TOUCH = model_bit("last_touch")
+
+
 def parse_models(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
     """The models named by ``value``, in ``MODELS`` order without repeats.
 
@@ -84,10 +88,6 @@ class AttributionConfig:
             raise ValueError(f"half-life must be a positive number of milliseconds, got "
                              f"{self.half_life_ms!r}")
         object.__setattr__(self, "models", parse_models(self.models))
-
-    @property
-    def last_touch_only(self) -> bool:
-        return self.models == DEFAULT_MODELS
 
     @classmethod
     def from_strings(cls, lookback: str = DEFAULT_LOOKBACK,

@@ -23,10 +23,10 @@ from typing import Iterable, Optional
 
 import fastavro
 
-from .config import AttributionConfig, model_bit
+from .config import LAST_TOUCH, AttributionConfig, model_bit
 from .events import Event
 from .models import credits
-from .paths import LAST_TOUCH, Impression, ReferrerIndex, Visit
+from .paths import Impression, ReferrerIndex, Visit
 from .schema import OUTPUT_DEFAULTS, OUTPUT_FIELDS
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
@@ -167,32 +167,17 @@ class UserAttribution:
                      key=lambda g: (g.ts, g.event_id))
         if not due:
             return []
-        index = ReferrerIndex(self.visits.values(), self.impressions.values())
-        if self.config.last_touch_only:
-            rows = self._fire_last_touch(index, due)
-        else:
-            rows = self._fire_models(index, due)
+        rows = self._attribute(ReferrerIndex(self.visits.values(), self.impressions.values()),
+                               due)
         for goal in due:
             goal.pending = False
             del self.pending_goals[goal.event_id]
         return rows
 
-    def _fire_last_touch(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
-        """``last_touch`` alone, by the last-touch sweep: no candidate set is ever built."""
-        rows = []
-        for goal in due:
-            impression = index.last_touch(goal, self.config.lookback_ms)
-            if impression is None:
-                rows.append(self._organic(goal, "last_touch"))
-            else:
-                index.consume(impression)
-                trail = tuple(v.url for v in index.trail(impression, goal))
-                rows.append(self._attributed(goal, impression, trail, "last_touch", 1.0))
-        return rows
-
-    def _fire_models(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
-        """Every configured model: a goal's candidate set is found once, as a bit mask, and each
-        model takes from it what its own consumption left (section 6)."""
+    def _attribute(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
+        """The rows of the ``due`` goals under every configured model: a goal's candidate set is
+        found once, as a bit mask, and each model takes from it what its own consumption left
+        (section 6)."""
         config = self.config
         models = [(m, model_bit(m)) for m in config.models]
         # Per model, the mask of the impressions it has consumed.

@@ -72,8 +72,8 @@ model (--models), a row per ad impression the model credits among those that led
 (following referer paths), with its share of the goal, or one organic row. Heartbeat records
 only advance the watermark. Events behind the watermark are late: counted, never used.
 Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
-over 8192 chars, timestamps beyond --max-future-skew) never reach the watermark: they are
-counted and written with their reason to --dead-letter.
+over 8192 chars, a value that is not a finite number, timestamps beyond --max-future-skew) never
+reach the watermark: they are counted and written with their reason to --dead-letter.
 """
 
 EXAMPLES = """\
@@ -134,7 +134,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "of a checkpoint (default: %(default)s)")
     parser.add_argument("--half-life", default=DEFAULT_HALF_LIFE, metavar="DURATION",
                         help="time_decay: an impression this much older than the goal weighs "
-                             "half as much (default: %(default)s)")
+                             "half as much. Fixed by the first run of a checkpoint when "
+                             "time_decay is one of --models (default: %(default)s)")
     parser.add_argument("--dead-letter", default=None, metavar="DIR",
                         help="Parquet directory for invalid records (raw record, reason, source "
                              "file, detection time), written by a second exactly-once streaming "

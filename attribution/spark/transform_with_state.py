@@ -44,9 +44,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from ..config import AttributionConfig
+from ..config import LAST_TOUCH, AttributionConfig
 from ..core import UserAttribution
-from ..paths import LAST_TOUCH, Impression, Visit
+from ..paths import Impression, Visit
 from .frames import events_from_rows, row_to_spark
 
 VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boolean"

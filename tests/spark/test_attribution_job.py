@@ -168,9 +168,10 @@ def test_help_explains_every_option():
                          capture_output=True, text=True, check=True).stdout
     for option in ("--events", "--format", "--output", "--checkpoint", "--mode", "--backend",
                    "--trigger", "--max-files-per-trigger", "--watermark-delay", "--lookback",
-                   "--dedup-window", "--state-buckets", "--tws-state"):
+                   "--dedup-window", "--state-buckets", "--tws-state", "--models", "--half-life"):
         assert option in out
     assert "10 minutes" in out and "90 days" in out and "1 day" in out
+    assert all(model in out for model in MODELS) and "7 days" in out
 
 
 def test_bad_arguments_fail_with_one_clear_line(tmp_path):
@@ -182,6 +183,19 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
                              "--events", str(tmp_path), "--lookback", "ninety days"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "not a duration" in result.stderr
+    for option, value, error in (
+            ("--models", "linear,u_shaped", "error: --models: unknown attribution model "
+                                            "'u_shaped'; choose from last_touch, first_touch, "
+                                            "linear, position_based, time_decay (or 'all')"),
+            ("--models", "", "error: --models: no attribution model given; choose from"),
+            ("--half-life", "0", "error: half-life must be a positive number of milliseconds, "
+                                 "got 0"),
+            ("--half-life", "a week", "error: --half-life: not a duration: 'a week'")):
+        result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
+                                 "--events", str(tmp_path), option, value],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and error in result.stderr, (option, value)
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
@@ -208,7 +222,8 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
     from attribution.spark.checkpoint import CheckpointMismatch
 
     run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "7")
-    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"]):
+    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"],
+                  ["--models", "all"], ["--models", "last_touch,linear"]):
         with pytest.raises(CheckpointMismatch, match="was started with backend=applyInPandas"):
             run_job(spark, tmp_path, ch7_stream_dir, *other)
     report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run

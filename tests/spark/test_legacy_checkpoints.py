@@ -101,3 +101,24 @@ def test_a_checkpoint_without_models_means_last_touch_alone(tmp_path):
                                                      f"run asks for .*models={asked}"):
             pin_state_layout(checkpoint, args.backend, args.state_buckets, args.tws_state,
                              args.config)
+
+
+def test_the_half_life_is_pinned_only_with_time_decay(tmp_path):
+    def pin(checkpoint, *options):
+        args = parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint), *options])
+        return pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
+                                args.tws_state, args.config)
+
+    pin(tmp_path / "decay", "--models", "all", "--half-life", "1 day")
+    layout = json.loads((tmp_path / "decay" / LAYOUT_FILE).read_text())
+    assert layout["models"] == ["last_touch", "first_touch", "linear", "position_based",
+                                "time_decay"] and layout["half_life_ms"] == 86_400_000
+    pin(tmp_path / "decay", "--models", "time_decay,last_touch,linear,first_touch,"
+                                        "position_based", "--half-life", "24 hours")
+    with pytest.raises(CheckpointMismatch, match="half_life_ms=86400000; this run asks for .*"
+                                                 "half_life_ms=3600000"):
+        pin(tmp_path / "decay", "--models", "all", "--half-life", "1 hour")
+    # Without time_decay the half-life shapes nothing, and is not pinned.
+    pin(tmp_path / "linear", "--models", "linear", "--half-life", "1 day")
+    assert "half_life_ms" not in json.loads((tmp_path / "linear" / LAYOUT_FILE).read_text())
+    pin(tmp_path / "linear", "--models", "linear", "--half-life", "2 days")

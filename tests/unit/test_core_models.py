@@ -144,7 +144,7 @@ def test_last_and_first_touch_break_ties_by_impression_id_then_event_id(clicks, 
     events = _tied(clicks)
     assert [i for i, _ in credits_of(events, "last_touch")] == [last]
     assert [i for i, _ in credits_of(events, "first_touch")] == [first]
-    # The fast path of last_touch alone chooses the same impression.
+    # last_touch alone chooses the same impression.
     assert [i for i, _ in credits_of(events, "last_touch", AttributionConfig())] == [last]
     # Every candidate's row comes in impression order: (ts, impression_id, event_id).
     order = [e for e, _, _ in sorted(clicks, key=lambda c: (c[1], c[2], c[0]))]

@@ -44,7 +44,7 @@ USERS = ("u1", "u2", "u3")
 # Small lookbacks and dedup windows relative to the 0..30 ms time range make the lookback
 # boundary, bucket edges and GC all matter; the defaults check the spec's own parameters. Half-lives
 # of a few milliseconds make time_decay's weights differ. Two configurations keep last_touch alone,
-# which takes the core's own last-touch path.
+# the default.
 CONFIGS = (
     AttributionConfig(lookback_ms=0, dedup_window_ms=1, models=MODELS),
     AttributionConfig(lookback_ms=3, dedup_window_ms=4, models=MODELS, half_life_ms=2),
