@@ -18,8 +18,7 @@ from __future__ import annotations
 import io
 import pickle
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import fastavro
 
@@ -27,17 +26,21 @@ from .config import LAST_TOUCH, AttributionConfig, model_bit
 from .events import Event
 from .models import credits
 from .paths import Impression, ReferrerIndex, Visit
-from .schema import OUTPUT_DEFAULTS, OUTPUT_FIELDS
+from .schema import OUTPUT_DEFAULTS
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
 WATERMARK_INFINITY = 2 ** 62
 
 
-@dataclass(frozen=True, slots=True)
-class Attribution:
+class Attribution(NamedTuple):
     """One output row (spec sections 4, 6-8): a goal, a model and the impression it credits
     (none for an organic row). Timestamps are epoch milliseconds. The fields with a default are
-    the output schema's optional columns, with its defaults."""
+    the output schema's optional columns, with its defaults.
+
+    A named tuple with the output schema's fields in its order (``schema.OUTPUT_FIELDS``): a
+    firing creates one per goal, model and credited impression, and a tuple is built several
+    times faster than a frozen dataclass.
+    """
 
     user_id: str
     goal_event_id: str
@@ -64,12 +67,9 @@ class Attribution:
 
     def to_record(self) -> dict:
         """The row as a dict in the Avro output schema (``trail`` as a list)."""
-        record = dict(zip(OUTPUT_FIELDS, _output_values(self)))
+        record = self._asdict()
         record["trail"] = list(self.trail)
         return record
-
-
-_output_values = attrgetter(*OUTPUT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

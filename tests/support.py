@@ -16,7 +16,6 @@ import math
 import os
 import random
 from collections import Counter, defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -143,7 +142,8 @@ def assert_same_rows(actual: Sequence[Attribution], expected: Sequence[Attributi
     """Assert equal rows, allowing rounding differences in ``credit`` and ``credited_value``
     (a sum of floats in another order, ``time_decay``'s weights computed another way)."""
     def exact(rows):
-        return [replace(r, credit=0.0, credited_value=None if r.credited_value is None else 0.0)
+        return [r._replace(credit=0.0,
+                           credited_value=None if r.credited_value is None else 0.0)
                 for r in rows]
 
     assert exact(actual) == exact(expected), f"{what} differ"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -19,14 +18,12 @@ import pandas as pd
 
 from ..core import Attribution
 from ..events import Event, ms_to_datetime
-from ..schema import OUTPUT_FIELDS, OUTPUT_SCHEMA, field_kinds
+from ..schema import OUTPUT_SCHEMA, field_kinds
 
 # The columns the stateful operators read, in this order (``ts`` stays for Spark's watermark).
 INPUT_COLUMNS = ("event_id", "user_id", "event_type", "ts", "ts_ms", "url", "referer", "is_goal",
                  "impression_id", "source_url", "target_url", "campaign", "value")
 _OUTPUT_KINDS = {name: kind for name, (kind, _) in field_kinds(OUTPUT_SCHEMA).items()}
-# One C-level call per row: the row's values in output-schema order.
-_output_values = attrgetter(*OUTPUT_FIELDS)
 _NAT = np.datetime64("NaT", "ms")
 _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 
@@ -142,7 +139,7 @@ def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({name: _output_column(kind, ())
                              for name, kind in _OUTPUT_KINDS.items()})
-    values = list(zip(*map(_output_values, rows)))
+    values = list(zip(*rows))  # a row is a tuple in output-schema order
     columns = {name: _output_column(kind, column)
                for (name, kind), column in zip(_OUTPUT_KINDS.items(), values)}
     return pd.DataFrame(columns, copy=False)
@@ -174,7 +171,7 @@ def rows_to_arrow(rows: Sequence[Attribution], schema):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    values = list(zip(*map(_output_values, rows))) if rows else [()] * len(_OUTPUT_KINDS)
+    values = list(zip(*rows)) if rows else [()] * len(_OUTPUT_KINDS)
     arrays = []
     for kind, column, field in zip(_OUTPUT_KINDS.values(), values, schema):
         if kind == "timestamp":

@@ -66,6 +66,14 @@ def test_avro_schema_has_the_spec_fields_in_order(schema, spec):
 def test_field_tuples_follow_the_schemas():
     assert EVENT_FIELDS == tuple(name for name, _, _ in SPEC_EVENT_FIELDS)
     assert OUTPUT_FIELDS == tuple(name for name, _, _ in SPEC_OUTPUT_FIELDS)
+    # An output row is a tuple in that order (what the Spark adapters rely on), with the
+    # schema's defaults.
+    assert Attribution._fields == OUTPUT_FIELDS
+    defaults = {f["name"]: f["default"] for f in OUTPUT_SCHEMA["fields"] if "default" in f}
+    assert {k: defaults[k] for k in Attribution._field_defaults} == Attribution._field_defaults
+    assert set(Attribution._field_defaults) == {"impression_campaign", "goal_value",
+                                                "credited_value", "sign", "revision",
+                                                "emit_timing"}
 
 
 def test_event_type_enum_and_timestamps_are_the_spec_ones():
