@@ -5,7 +5,8 @@ min-goal timer) and exposes the DoFn's moves as plain methods:
 
 * ``add(events, watermark)``: buffer a batch of the user's events (late ones are counted and
   dropped, redeliveries deduplicated by ``event_id``);
-* ``fire(watermark)``: attribute every pending goal at or below the watermark, in order;
+* ``fire(watermark)``: attribute every pending goal at or below the watermark, in order, under
+  every model of the configuration (section 6);
 * ``gc(watermark)``: forget what can no longer matter (spec section 3);
 * ``next_timer()``: the minimum pending goal time, where the event-time timer belongs;
 * ``to_bytes()`` / ``from_bytes()``: the whole state as one compact, versioned blob.
@@ -17,21 +18,29 @@ from __future__ import annotations
 import io
 import pickle
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import fastavro
 
-from .config import AttributionConfig
+from .config import LAST_TOUCH, AttributionConfig, model_bit
 from .events import Event
+from .models import credits
 from .paths import Impression, ReferrerIndex, Visit
+from .schema import OUTPUT_DEFAULTS
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
 WATERMARK_INFINITY = 2 ** 62
 
 
-@dataclass(frozen=True, slots=True)
-class Attribution:
-    """One output row (spec section 4). Timestamps are epoch milliseconds."""
+class Attribution(NamedTuple):
+    """One output row (spec sections 4, 6-8): a goal, a model and the impression it credits
+    (none for an organic row). Timestamps are epoch milliseconds. The fields with a default are
+    the output schema's optional columns, with its defaults.
+
+    A named tuple with the output schema's fields in its order (``schema.OUTPUT_FIELDS``): a
+    firing creates one per goal, model and credited impression, and a tuple is built several
+    times faster than a frozen dataclass.
+    """
 
     user_id: str
     goal_event_id: str
@@ -45,6 +54,12 @@ class Attribution:
     trail: tuple[str, ...]
     model: str
     credit: float
+    impression_campaign: Optional[str] = OUTPUT_DEFAULTS["impression_campaign"]
+    goal_value: Optional[float] = OUTPUT_DEFAULTS["goal_value"]
+    credited_value: Optional[float] = OUTPUT_DEFAULTS["credited_value"]
+    sign: int = OUTPUT_DEFAULTS["sign"]
+    revision: int = OUTPUT_DEFAULTS["revision"]
+    emit_timing: str = OUTPUT_DEFAULTS["emit_timing"]
 
     @property
     def organic(self) -> bool:
@@ -52,14 +67,9 @@ class Attribution:
 
     def to_record(self) -> dict:
         """The row as a dict in the Avro output schema (``trail`` as a list)."""
-        return {"user_id": self.user_id, "goal_event_id": self.goal_event_id,
-                "goal_url": self.goal_url, "goal_ts": self.goal_ts,
-                "impression_id": self.impression_id,
-                "impression_event_id": self.impression_event_id,
-                "impression_source_url": self.impression_source_url,
-                "impression_target_url": self.impression_target_url,
-                "impression_ts": self.impression_ts, "trail": list(self.trail),
-                "model": self.model, "credit": self.credit}
+        record = self._asdict()
+        record["trail"] = list(self.trail)
+        return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +122,8 @@ class UserAttribution:
                 duplicates += 1
                 continue
             if e.event_type == "visit":
-                v = Visit(e.event_id, e.ts, e.url, e.referer, e.is_goal, pending=e.is_goal)
+                v = Visit(e.event_id, e.ts, e.url, e.referer, e.is_goal, e.is_goal,
+                          e.value if e.is_goal else None)
                 self.visits[e.event_id] = v
                 if v.pending:
                     self.pending_goals[e.event_id] = v
@@ -126,7 +137,8 @@ class UserAttribution:
     def _add_impression(self, e: Event, impression_ids: set) -> bool:
         """Keep ``e`` if it becomes its logical impression's canonical member (rule 3)."""
         group = (e.source_url, e.target_url, e.ts // self.config.dedup_window_ms)
-        new = Impression(e.event_id, e.impression_id, e.ts, e.source_url, e.target_url)
+        new = Impression(e.event_id, e.impression_id, e.ts, e.source_url, e.target_url,
+                         campaign=e.campaign)
         old = self.impressions.get(group)
         if old is not None:
             if old.rank <= new.rank:
@@ -148,24 +160,57 @@ class UserAttribution:
         return min(g.ts for g in self.pending_goals.values())
 
     def fire(self, watermark: int) -> list[Attribution]:
-        """Attribute every pending goal with ``ts <= watermark`` in ``(ts, event_id)`` order (rule 7)."""
+        """Attribute every pending goal with ``ts <= watermark`` in ``(ts, event_id)`` order
+        (rule 7): per goal, the rows of every configured model, in ``config.MODELS`` order."""
         self.watermark = self._max_watermark(watermark)
         due = sorted((g for g in self.pending_goals.values() if g.ts <= watermark),
                      key=lambda g: (g.ts, g.event_id))
         if not due:
             return []
-        index = ReferrerIndex(self.visits.values(), self.impressions.values())
-        rows = []
+        rows = self._attribute(ReferrerIndex(self.visits.values(), self.impressions.values()),
+                               due)
         for goal in due:
-            impression = index.last_touch(goal, self.config.lookback_ms)
-            if impression is None:
-                rows.append(self._organic(goal))
-            else:
-                index.consume(impression)
-                trail = tuple(v.url for v in index.trail(impression, goal))
-                rows.append(self._attributed(goal, impression, trail))
             goal.pending = False
             del self.pending_goals[goal.event_id]
+        return rows
+
+    def _attribute(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
+        """The rows of the ``due`` goals under every configured model: a goal's candidate set is
+        found once, as a bit mask, and each model takes from it what its own consumption left
+        (section 6)."""
+        config = self.config
+        models = [(m, model_bit(m)) for m in config.models]
+        # Per model, the mask of the impressions it has consumed.
+        spent = dict.fromkeys(config.models, 0)
+        for k, i in enumerate(index.ordered):
+            if i.consumed:
+                for m, bit in models:
+                    if i.consumed & bit:
+                        spent[m] |= 1 << k
+        rows = []
+        for goal in due:
+            found = index.candidates(goal, config.lookback_ms)
+            trails: dict = {}  # impression event id -> its trail to this goal, shared by models
+            for m, bit in models:
+                available = found & ~spent[m]
+                if not available:
+                    rows.append(self._organic(goal, m))
+                    continue
+                if m == "last_touch":
+                    chosen = index.last_of(available)
+                elif m == "first_touch":
+                    chosen = available & -available
+                else:
+                    chosen = available
+                spent[m] |= chosen
+                credited = index.impressions_in(chosen)
+                shares = credits(m, [i.ts for i in credited], config.half_life_ms)
+                for i, credit in zip(credited, shares):
+                    i.consumed |= bit
+                    trail = trails.get(i.event_id)
+                    if trail is None:
+                        trail = trails[i.event_id] = tuple(v.url for v in index.trail(i, goal))
+                    rows.append(self._attributed(goal, i, trail, m, credit))
         return rows
 
     def gc(self, watermark: int) -> int:
@@ -235,14 +280,19 @@ class UserAttribution:
             return watermark
         return max(watermark, self.watermark)
 
-    def _organic(self, goal: Visit) -> Attribution:
+    def _organic(self, goal: Visit, model: str) -> Attribution:
+        value = goal.value
         return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
-                           None, None, None, None, None, (), self.config.model, 0.0)
+                           None, None, None, None, None, (), model, 0.0,
+                           None, value, None if value is None else 0.0)
 
-    def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...]) -> Attribution:
+    def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...], model: str,
+                    credit: float) -> Attribution:
+        value = goal.value
         return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
                            i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
-                           trail, self.config.model, 1.0)
+                           trail, model, credit,
+                           i.campaign, value, None if value is None else credit * value)
 
     # -- state bytes --------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -254,14 +304,14 @@ class UserAttribution:
         blobs shrink by 29%, and every later step that copies, compresses or decodes them has
         less to do.
         """
-        url = {}.setdefault
+        url = {}.setdefault  # campaigns repeat too, and are interned the same way
         return _STATE_HEADER + pickle.dumps((
             self.user_id, self.watermark,
             [(v.event_id, v.ts, url(v.url, v.url), v.referer and url(v.referer, v.referer),
-              (2 if v.pending else 1) if v.is_goal else 0)
+              (2 if v.pending else 1) if v.is_goal else 0, v.value)
              for v in self.visits.values()],
             [(i.event_id, i.impression_id, i.ts, url(i.source_url, i.source_url),
-              url(i.target_url, i.target_url), i.consumed)
+              url(i.target_url, i.target_url), i.consumed, i.campaign and url(i.campaign, i.campaign))
              for i in self.impressions.values()],
             list(self.superseded.items()),
         ), protocol=5)
@@ -274,24 +324,27 @@ class UserAttribution:
         version = blob[0]
         if version in _AVRO_READERS:
             return cls._from_avro(blob, config)
-        if version != STATE_VERSION:
+        if version not in (3, STATE_VERSION):
             raise ValueError(f"attribution state version {version} is newer than this code "
                              f"understands (max {STATE_VERSION})")
         user_id, watermark, visits, impressions, superseded = loads_builtins(
             memoryview(blob)[1:])
+        if version == 3:  # no values or campaigns; "consumed" was last_touch's
+            visits = [(*v, None) for v in visits]
+            impressions = [(*i[:5], LAST_TOUCH if i[5] else 0, None) for i in impressions]
         # The blob holds a state ``to_bytes`` wrote: its impressions are already the canonical
         # members, so the dedup of ``restore`` is skipped; this runs on every touched user.
         state = cls(user_id, config)
         state.watermark = watermark
         held, pending = state.visits, state.pending_goals
-        for event_id, ts, url, referer, goal in visits:
-            held[event_id] = v = Visit(event_id, ts, url, referer, goal != 0, goal == 2)
+        for event_id, ts, url, referer, goal, value in visits:
+            held[event_id] = v = Visit(event_id, ts, url, referer, goal != 0, goal == 2, value)
             if goal == 2:
                 pending[event_id] = v
         window, canonical = config.dedup_window_ms, state.impressions
-        for event_id, impression_id, ts, source, target, consumed in impressions:
+        for event_id, impression_id, ts, source, target, consumed, campaign in impressions:
             canonical[(source, target, ts // window)] = Impression(
-                event_id, impression_id, ts, source, target, consumed)
+                event_id, impression_id, ts, source, target, consumed, campaign)
         state._impression_event_ids = {i[0] for i in impressions}
         state.superseded = dict(superseded)
         return state
@@ -303,7 +356,7 @@ class UserAttribution:
         visits = (Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
                   for r in record["visits"])
         impressions = (Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
-                                  r["target_url"], r["consumed"])
+                                  r["target_url"], LAST_TOUCH if r["consumed"] else 0)
                        for r in record["impressions"])
         superseded = {r["event_id"]: r["bucket"] for r in record["superseded"]}
         return cls.restore(record["user_id"], visits, impressions, record["watermark"], config,
@@ -317,8 +370,8 @@ class UserAttribution:
         """Rebuild a state from its parts, as a backend that stores them separately holds them.
 
         Impressions may include superseded members of a logical impression; only the canonical
-        one is kept, a consumed mark on any member stays with the logical impression, and the
-        other members' ids join ``superseded`` (event id -> dedup bucket).
+        one is kept, the consumed marks of every member stay with the logical impression, and
+        the other members' ids join ``superseded`` (event id -> dedup bucket).
         """
         state = cls(user_id, config)
         state.watermark = watermark
@@ -333,28 +386,31 @@ class UserAttribution:
             old = state.impressions.get(group)
             if old is None or i.rank < old.rank:
                 if old is not None:
-                    i.consumed = i.consumed or old.consumed
+                    i.consumed |= old.consumed
                     state._impression_event_ids.discard(old.event_id)
                     state.superseded[old.event_id] = group[2]
                 state.impressions[group] = i
                 state._impression_event_ids.add(i.event_id)
             else:
-                old.consumed = old.consumed or i.consumed
+                old.consumed |= i.consumed
                 state.superseded[i.event_id] = group[2]
         return state
 
 
-# Version 3, the current one: a pickle (protocol 5) of built-in values only, read back by an
+# Version 4, the current one: a pickle (protocol 5) of built-in values only, read back by an
 # unpickler that refuses anything else:
 #   (user_id, watermark,
-#    [(event_id, ts, url, referer, goal)],   goal: 0 = plain visit, 1 = attributed, 2 = pending
-#    [(event_id, impression_id, ts, source_url, target_url, consumed)],   canonical impressions
+#    [(event_id, ts, url, referer, goal, value)],
+#        goal: 0 = plain visit, 1 = attributed, 2 = pending; value: a goal's value or None
+#    [(event_id, impression_id, ts, source_url, target_url, consumed, campaign)],
+#        canonical impressions; consumed: one bit per model that credited it (config.model_bit)
 #    [(event_id, dedup bucket)])             superseded click-spam ids (rule 1)
-# It holds the same fields as the Avro versions 1 and 2 below, which it replaced because a
-# streaming backend decodes and re-encodes a user's state on every micro-batch that touches it,
-# and pickle's C codec does that about 3x faster than fastavro's records. Versions 1 and 2 are
-# still read.
-STATE_VERSION = 3
+# Version 3 had neither values nor campaigns, and a boolean ``consumed``: it knew last_touch
+# alone, and reads as last_touch's consumption. Versions 1 and 2, Avro records of version 3's
+# fields, are read the same way; pickle replaced them because a streaming backend decodes and
+# re-encodes a user's state on every micro-batch that touches it, and pickle's C codec does that
+# about 3x faster than fastavro's records.
+STATE_VERSION = 4
 _STATE_HEADER = bytes([STATE_VERSION])
 
 

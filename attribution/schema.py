@@ -34,6 +34,9 @@ EVENT_SCHEMA: dict = fastavro.parse_schema({
         {"name": "impression_id", "type": _optional("long"), "default": None},
         {"name": "source_url", "type": _optional("string"), "default": None},
         {"name": "target_url", "type": _optional("string"), "default": None},
+        # Optional fields of section 7: an impression's campaign, a goal's conversion value.
+        {"name": "campaign", "type": _optional("string"), "default": None},
+        {"name": "value", "type": _optional("double"), "default": None},
     ],
 })
 
@@ -41,7 +44,7 @@ OUTPUT_SCHEMA: dict = fastavro.parse_schema({
     "type": "record",
     "name": "Attribution",
     "namespace": "streamjoin.attribution",
-    "doc": "One output row per goal (spec section 4).",
+    "doc": "One output row per goal, model and credited impression (spec sections 4, 6-8).",
     "fields": [
         {"name": "user_id", "type": "string"},
         {"name": "goal_event_id", "type": "string"},
@@ -55,11 +58,21 @@ OUTPUT_SCHEMA: dict = fastavro.parse_schema({
         {"name": "trail", "type": {"type": "array", "items": "string"}},
         {"name": "model", "type": "string"},
         {"name": "credit", "type": "double"},
+        {"name": "impression_campaign", "type": _optional("string"), "default": None},
+        {"name": "goal_value", "type": _optional("double"), "default": None},
+        {"name": "credited_value", "type": _optional("double"), "default": None},
+        # Section 8 (revisions). Until a run can revise its rows, every row has these defaults.
+        {"name": "sign", "type": "int", "default": 1},
+        {"name": "revision", "type": "int", "default": 0},
+        {"name": "emit_timing", "type": "string", "default": "ON_TIME"},
     ],
 })
 
 EVENT_FIELDS: tuple[str, ...] = tuple(f["name"] for f in EVENT_SCHEMA["fields"])
 OUTPUT_FIELDS: tuple[str, ...] = tuple(f["name"] for f in OUTPUT_SCHEMA["fields"])
+# The defaults of the output columns that have one: what a row carries when its feature is off.
+OUTPUT_DEFAULTS: dict = {f["name"]: f["default"] for f in OUTPUT_SCHEMA["fields"]
+                         if "default" in f}
 
 
 def unwrap_nullable(avro_type: Any) -> tuple[Any, bool]:
@@ -73,14 +86,15 @@ def unwrap_nullable(avro_type: Any) -> tuple[Any, bool]:
 
 
 def type_kind(avro_type: Any) -> str:
-    """A short name for an Avro type: string, boolean, long, double, timestamp, enum or array."""
+    """A short name for an Avro type: string, boolean, int, long, double, timestamp, enum or
+    array."""
     if isinstance(avro_type, dict):
         if avro_type.get("logicalType") == "timestamp-millis":
             return "timestamp"
         if avro_type["type"] in ("enum", "array"):
             return avro_type["type"]
         return type_kind(avro_type["type"])
-    return {"string": "string", "boolean": "boolean", "long": "long", "int": "long",
+    return {"string": "string", "boolean": "boolean", "long": "long", "int": "int",
             "double": "double", "float": "double"}[avro_type]
 
 

@@ -21,6 +21,9 @@ Scenarios (``--visits`` is N):
 
     python -m benchmarks.core                       # every scenario, 10,000 visits
     python -m benchmarks.core --visits 50000 --scenarios chain,repeat --repeat 3
+    python -m benchmarks.core --models all          # every attribution model in one run
+
+Rows and trails are counted over every model's rows.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from attribution import AttributionConfig, Event  # noqa: E402
+from attribution.config import DEFAULT_MODELS, parse_models  # noqa: E402
 from attribution.core import WATERMARK_INFINITY, UserAttribution  # noqa: E402
 from generators.shapes import CHAIN_USER, chain_events, click_event, repeat_events  # noqa: E402
 
@@ -110,7 +114,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(scenarios),
                         help="comma-separated scenarios, from: " + ", ".join(scenarios))
     parser.add_argument("--seed", type=int, default=7, help="seed of the random scenarios")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="attribution models, comma-separated, or 'all'")
     args = parser.parse_args(argv)
+    try:
+        args.models = parse_models(args.models)
+    except ValueError as err:
+        parser.error(f"--models: {err}")
     args.scenarios = args.scenarios.split(",")
     unknown = [s for s in args.scenarios if s not in scenarios]
     if unknown:
@@ -122,7 +132,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    config = AttributionConfig()
+    config = AttributionConfig(models=args.models)
     n = args.visits
     plans = {
         "chain": lambda: (chain_events(n, goal_every=100), fire_all),
@@ -135,9 +145,9 @@ def main(argv=None) -> int:
                               lambda ev, cfg: streaming(ev, cfg, batches=100)),
         "state-bytes": lambda: (repeat_events(n, goal_every=100, seed=args.seed), state_bytes),
     }
-    print(f"attribution core, one user, {n:,} visits, median of {args.repeat} runs "
-          f"(target for fire: < {TARGET_SECONDS:.1f} s)", flush=True)
-    print(f"{'scenario':<14} {'events':>8} {'goals':>6} {'attributed':>10} {'wall s':>8} "
+    print(f"attribution core, one user, {n:,} visits, models {','.join(args.models)}, median of "
+          f"{args.repeat} runs (target for fire: < {TARGET_SECONDS:.1f} s)", flush=True)
+    print(f"{'scenario':<14} {'events':>8} {'goals':>6} {'credited':>10} {'wall s':>8} "
           f"{'cpu s':>8}  note", flush=True)
     slowest_fire = 0.0
     for name in args.scenarios:

@@ -40,7 +40,7 @@ PARQUET_OPTIONS = dict(version="2.6", compression="snappy", use_dictionary=True,
                        write_statistics=True, data_page_version="1.0", store_schema=True)
 _JSON_LINE = ('{{"event_id": "{}", "user_id": {}, "event_type": "{}", "ts": "{}Z", "url": {}, '
               '"referer": {}, "is_goal": {}, "impression_id": {}, "source_url": {}, '
-              '"target_url": {}}}\n')
+              '"target_url": {}, "campaign": null, "value": null}}\n')
 _GOAL_TOKENS = np.array(["false", "true", "null"], dtype=object)
 _TYPE_NAMES = np.array(list(EVENT_TYPES), dtype=object)  # visit=0, impression=1, heartbeat=2
 
@@ -105,7 +105,8 @@ def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
 
 
 def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
-    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC)."""
+    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC); the
+    schema's fields the generator does not produce are null."""
     visit = events.kind == VISIT
     columns = {
         "event_id": id_array(events.seq),
@@ -120,7 +121,9 @@ def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
         "source_url": vocab.urls_at(events.source),
         "target_url": vocab.urls_at(events.target),
     }
-    return pa.Table.from_arrays([columns[name] for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
+    return pa.Table.from_arrays(
+        [columns[name] if name in columns else pa.nulls(len(events), _ARROW_SCHEMA.field(name).type)
+         for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
 
 
 def heartbeat_record(ts_ms: int, seq: int) -> dict:

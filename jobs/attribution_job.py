@@ -21,11 +21,16 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attribution.config import (
+    ALL_MODELS,
     DEFAULT_DEDUP_WINDOW,
+    DEFAULT_HALF_LIFE,
     DEFAULT_LOOKBACK,
+    DEFAULT_MODELS,
     DEFAULT_WATERMARK_DELAY,
+    MODELS,
     AttributionConfig,
     parse_duration_ms,
+    parse_models,
 )
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout
@@ -39,6 +44,8 @@ from attribution.spark.pipeline import (
     apply_trigger,
     attribution_batch,
     attribution_stream,
+    metric_name,
+    output_metrics,
 )
 from attribution.spark.validation import (
     DEFAULT_MAX_FUTURE_SKEW,
@@ -59,13 +66,14 @@ DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
 
 Reads spec events (visit / impression / heartbeat records; see the README's event schema) from
---events, keeps per-user state in the chosen backend, and emits one row per goal once the
-event-time watermark (max event time seen - --watermark-delay) has passed it: the last-touch ad
-impression that led there (following referer paths), or an organic row. Heartbeat records only
-advance the watermark. Events behind the watermark are late: counted, never used.
+--events, keeps per-user state in the chosen backend, and attributes each goal once the
+event-time watermark (max event time seen - --watermark-delay) has passed it: per attribution
+model (--models), a row per ad impression the model credits among those that led there
+(following referer paths), with its share of the goal, or one organic row. Heartbeat records
+only advance the watermark. Events behind the watermark are late: counted, never used.
 Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
-over 8192 chars, timestamps beyond --max-future-skew) never reach the watermark: they are
-counted and written with their reason to --dead-letter.
+over 8192 chars, a value that is not a finite number, timestamps beyond --max-future-skew) never
+reach the watermark: they are counted and written with their reason to --dead-letter.
 """
 
 EXAMPLES = """\
@@ -79,6 +87,9 @@ examples:
 
   # the same rules over the whole input at once (watermark at +infinity)
   python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch
+
+  # every attribution model at once, time decay halving a click's weight per day
+  python jobs/attribution_job.py --events DIR --models all --half-life '1 day'
 
 Restarting with the same --checkpoint resumes exactly where the job stopped; the file sink's
 metadata log guarantees each row is written once.
@@ -116,6 +127,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dedup-window", default=DEFAULT_DEDUP_WINDOW, metavar="DURATION",
                         help="click-spam dedup bucket: same source/target impressions in one "
                              "bucket are one logical impression (default: %(default)s)")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), metavar="LIST",
+                        help=f"attribution models, comma-separated, from {', '.join(MODELS)}; "
+                             f"'{ALL_MODELS}' for every one. Each gives its own rows for every "
+                             "goal and consumes impressions for itself. Fixed by the first run "
+                             "of a checkpoint (default: %(default)s)")
+    parser.add_argument("--half-life", default=DEFAULT_HALF_LIFE, metavar="DURATION",
+                        help="time_decay: an impression this much older than the goal weighs "
+                             "half as much. Fixed by the first run of a checkpoint when "
+                             "time_decay is one of --models (default: %(default)s)")
     parser.add_argument("--dead-letter", default=None, metavar="DIR",
                         help="Parquet directory for invalid records (raw record, reason, source "
                              "file, detection time), written by a second exactly-once streaming "
@@ -130,10 +150,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
     args = parser.parse_args(argv)
     try:
+        models = parse_models(args.models)
+    except ValueError as err:
+        parser.error(f"--models: {err}")
+    try:
         args.watermark_delay_ms = parse_duration_ms(args.watermark_delay)
         args.max_future_skew_ms = max_future_skew_ms(args.max_future_skew)
         args.config = AttributionConfig(lookback_ms=parse_duration_ms(args.lookback),
-                                        dedup_window_ms=parse_duration_ms(args.dedup_window))
+                                        dedup_window_ms=parse_duration_ms(args.dedup_window),
+                                        models=models,
+                                        half_life_ms=parse_duration_ms(args.half_life,
+                                                                       "--half-life"))
     except ValueError as err:
         parser.error(str(err))
     if not Path(args.events).is_dir() and "://" not in args.events:
@@ -185,7 +212,7 @@ class AttributionProgress(BatchProgress):
 def run_stream(spark, args) -> RunReport:
     """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
     args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
-                                        args.tws_state)
+                                        args.tws_state, args.config)
     # Validation splits the input before withWatermark: invalid rows never move event time.
     def classified_input(max_files_per_trigger):
         return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),
@@ -207,7 +234,7 @@ def run_stream(spark, args) -> RunReport:
     dead_letter_query = start_dead_letter_stream(
         classified_input(None), args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter",
         args.trigger)
-    progress = AttributionProgress(OUTPUT_METRICS, quiet=args.quiet)
+    progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet)
     try:
         while not query.awaitTermination(1):
             progress.consume(query.recentProgress)
@@ -247,13 +274,15 @@ def run_batch(spark, args) -> RunReport:
     (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
      .write.mode("overwrite").parquet(args.dead_letter))
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")))
+    models = args.config.models
     (attribution_batch(events, config=args.config)
-     .observe(emitted, F.count(F.lit(1)).alias("goals"),
-              F.count("impression_id").alias("attributed"))
+     .observe(emitted, *output_metrics(models))
      .write.mode("overwrite").parquet(args.output))
+    attributed = {m: emitted.get[metric_name("attributed", m)] for m in models}
     return RunReport(mode="batch", backend="mapInArrow", output=args.output,
-                     input_rows=read.get["rows"], late_rows=0, goals=emitted.get["goals"],
-                     attributed=emitted.get["attributed"], batches=1,
+                     input_rows=read.get["rows"], late_rows=0,
+                     goals=emitted.get[metric_name("goals", models[0])],
+                     attributed=attributed[models[0]], attributed_by_model=attributed, batches=1,
                      seconds=time.monotonic() - started,
                      extra={"invalid": rejected.get["rows"], "dead letter": args.dead_letter})
 

@@ -6,16 +6,20 @@
 * ``attribution_record``, ``write_sink_output``, ``write_batch_output``: attribution output
   written without Spark, laid out as Spark's streaming file sink or batch writer lays it out;
 * ``reference_attribution``: an independent brute-force reading of the rules, on networkx;
-* ``larger_event_set``: a few hundred random events of one user.
+* ``assert_same_rows``: rows equal, credits and credited values within rounding;
+* ``larger_event_set``: a few hundred random events of one user;
+* ``multi_touch_events``: generated event files with several ads upstream of many goals, and
+  campaigns and values.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import networkx as nx
 
@@ -41,8 +45,29 @@ def _order(e: Event) -> tuple[int, str]:
     return (e.ts, e.event_id)
 
 
+def _reference_credits(model: str, candidates: list[Event], goal: Event,
+                       config: AttributionConfig) -> list[tuple[Event, float]]:
+    """Spec section 6's table, literally: the credited impressions and their credits."""
+    n = len(candidates)
+    if model == "last_touch":  # rule 5: greatest ts, then smallest impression_id, event_id
+        return [(min(candidates, key=lambda i: (-i.ts, i.impression_id, i.event_id)), 1.0)]
+    if model == "first_touch":
+        return [(candidates[0], 1.0)]
+    if model == "linear":
+        return [(i, 1 / n) for i in candidates]
+    if model == "position_based":
+        if n <= 2:
+            return [(i, 1 / n) for i in candidates]
+        return [(i, 0.4 if k in (0, n - 1) else 0.2 / (n - 2)) for k, i in enumerate(candidates)]
+    if model == "time_decay":
+        weights = [2 ** (-(goal.ts - i.ts) / config.half_life_ms) for i in candidates]
+        return [(i, w / sum(weights)) for i, w in zip(candidates, weights)]
+    raise AssertionError(f"the reference does not know model {model!r}")
+
+
 def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) -> list[Attribution]:
-    """Spec rules 1-7 applied literally: every edge enumerated, candidates by graph ancestry."""
+    """Spec rules 1-7 and sections 6-7 applied literally: every edge enumerated, candidates by
+    graph ancestry, each model with its own set of consumed impressions."""
     first_copies: dict[str, dict[str, Event]] = defaultdict(dict)
     for e in arrivals:
         if e.event_type != "heartbeat":
@@ -72,38 +97,66 @@ def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) 
         canonical = [min(g, key=lambda i: (i.ts, i.impression_id, i.event_id))
                      for g in groups.values()]
 
-        consumed: set[str] = set()
+        consumed: dict[str, set[str]] = {m: set() for m in config.models}
         goals = sorted((e for e in events if e.event_type == "visit" and e.is_goal), key=_order)
         for goal in goals:  # rule 7
             ancestors = nx.ancestors(graph, goal.event_id)
-            candidates = [i for i in canonical  # rule 4
-                          if i.event_id not in consumed and i.event_id in ancestors
-                          and goal.ts - i.ts <= config.lookback_ms]
-            COVERAGE["goals with a consumed impression upstream"] += any(
-                i.event_id in consumed and i.event_id in ancestors for i in canonical)
+            within = sorted((i for i in canonical if i.event_id in ancestors  # rule 4
+                             and goal.ts - i.ts <= config.lookback_ms),
+                            key=lambda i: (i.ts, i.impression_id, i.event_id))
             COVERAGE["goals with an impression upstream beyond the lookback"] += any(
                 i.event_id in ancestors and goal.ts - i.ts > config.lookback_ms for i in canonical)
             COVERAGE["goals with a superseded click upstream"] += any(
                 e.event_type == "impression" and e.event_id in ancestors and e not in canonical
                 for e in events)
-            if not candidates:
-                rows.append(Attribution(user_id, goal.event_id, goal.url, goal.ts, None, None,
-                                        None, None, None, (), "last_touch", 0.0))
-                continue
-            winner = min(candidates, key=lambda i: (-i.ts, i.impression_id, i.event_id))  # rule 5
-            consumed.add(winner.event_id)
-            reachable = nx.descendants(graph, winner.event_id)
-            trail: list[str] = []
-            current = goal
-            while not graph.has_edge(winner.event_id, current.event_id):  # rule 6
-                predecessors = [by_id[p] for p in graph.predecessors(current.event_id)
-                                if by_id[p].event_type == "visit" and p in reachable]
-                current = max(predecessors, key=_order)
-                trail.insert(0, current.url)
-            rows.append(Attribution(user_id, goal.event_id, goal.url, goal.ts,
-                                    winner.impression_id, winner.event_id, winner.source_url,
-                                    winner.target_url, winner.ts, tuple(trail), "last_touch", 1.0))
+            value = goal.value
+            for model in config.models:  # section 6, in the models' fixed order
+                candidates = [i for i in within if i.event_id not in consumed[model]]
+                COVERAGE["goals with a consumed impression upstream"] += len(candidates) < len(within)
+                COVERAGE[f"{model} with {min(len(candidates), 3)} candidate(s)"] += 1
+                if not candidates:
+                    rows.append(Attribution(user_id, goal.event_id, goal.url, goal.ts, None, None,
+                                            None, None, None, (), model, 0.0, None, value,
+                                            None if value is None else 0.0))
+                    continue
+                for winner, credit in _reference_credits(model, candidates, goal, config):
+                    consumed[model].add(winner.event_id)
+                    rows.append(Attribution(
+                        user_id, goal.event_id, goal.url, goal.ts, winner.impression_id,
+                        winner.event_id, winner.source_url, winner.target_url, winner.ts,
+                        _reference_trail(graph, by_id, winner, goal), model, credit,
+                        winner.campaign, value, None if value is None else credit * value))
     return sorted(rows, key=sort_key)
+
+
+def _reference_trail(graph, by_id: dict, winner: Event, goal: Event) -> tuple[str, ...]:
+    """Rule 6, walking back from the goal over explicit graph edges."""
+    reachable = nx.descendants(graph, winner.event_id)
+    trail: list[str] = []
+    current = goal
+    while not graph.has_edge(winner.event_id, current.event_id):
+        predecessors = [by_id[p] for p in graph.predecessors(current.event_id)
+                        if by_id[p].event_type == "visit" and p in reachable]
+        current = max(predecessors, key=_order)
+        trail.insert(0, current.url)
+    return tuple(trail)
+
+
+def assert_same_rows(actual: Sequence[Attribution], expected: Sequence[Attribution],
+                     what: str = "rows") -> None:
+    """Assert equal rows, allowing rounding differences in ``credit`` and ``credited_value``
+    (a sum of floats in another order, ``time_decay``'s weights computed another way)."""
+    def exact(rows):
+        return [r._replace(credit=0.0,
+                           credited_value=None if r.credited_value is None else 0.0)
+                for r in rows]
+
+    assert exact(actual) == exact(expected), f"{what} differ"
+    for a, e in zip(actual, expected):
+        for name in ("credit", "credited_value"):
+            x, y = getattr(a, name), getattr(e, name)
+            assert x is None and y is None or math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), (
+                f"{what}: {name} {x} != {y} in {a}")
 
 
 def larger_event_set(seed: int) -> list[Event]:
@@ -123,6 +176,40 @@ def larger_event_set(seed: int) -> list[Event]:
                                 is_goal=rng.random() < 0.1))
     rng.shuffle(events)
     return events
+
+
+CAMPAIGNS = (None, "spring", "summer", "brand")
+
+
+def multi_touch_events(dest: Path, seed: int = 5) -> Path:
+    """Generated JSON-lines files, staged in arrival order under ``dest``, where many goals have
+    two or more ad clicks upstream (30 users of six sessions each on a 12-page site; redelivered
+    copies and bounded disorder, no late events with a 10-minute watermark delay). Each
+    impression gets a campaign or none and each goal a value or none, at random: the generator
+    writes neither."""
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    params = GeneratorParams(users=30, seed=seed, files=8, heartbeat=True, pages=12, domains=2,
+                             search_pages=4, sessions_per_user=6, paid_session_prob=0.9,
+                             session_gap="1 day", dormant_gap_prob=0.0, disorder="bounded",
+                             max_delay="2 minutes", redelivery_rate=0.05,
+                             watermark_delay="10 minutes")
+    generated = generate(params, dest.parent / f"{dest.name}-generated", truth=False, plot=False)
+    rng = random.Random(seed)
+    extras: dict = {}  # event id -> the fields added, the same for a redelivered copy
+    src = dest.parent / f"{dest.name}-src"
+    src.mkdir(parents=True)
+    for f in generated.event_files:
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        for r in records:
+            if r["event_type"] == "impression":
+                r.update(extras.setdefault(r["event_id"], {"campaign": rng.choice(CAMPAIGNS)}))
+            elif r["event_type"] == "visit" and r["is_goal"]:
+                value = rng.choice((None, round(rng.uniform(1, 500), 2)))
+                r.update(extras.setdefault(r["event_id"], {"value": value}))
+        (src / f.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return stage_in_arrival_order(sorted(src.glob("part-*.json")), dest)
 
 
 def stage_in_arrival_order(files, dest: Path) -> Path:
@@ -183,10 +270,12 @@ def output_table(records: list[dict]):
     from attribution.schema import OUTPUT_SCHEMA
     from attribution.spark.types import arrow_schema
 
-    schema = arrow_schema(OUTPUT_SCHEMA)
-    added = [pa.field(name, pa.type_for_alias(kind)) for name, kind in ADDED_OUTPUT_TYPES.items()
-             if records and name in records[0] and name not in schema.names]
-    return pa.Table.from_pylist(records, schema=pa.schema(list(schema) + added))
+    # An added column is written only where the records have it, as output of a version before
+    # it would lack it.
+    present = set(records[0]) if records else set()
+    return pa.Table.from_pylist(records, schema=pa.schema(
+        [f for f in arrow_schema(OUTPUT_SCHEMA)
+         if f.name not in ADDED_OUTPUT_TYPES or f.name in present]))
 
 
 def write_sink_output(out: Path, batches: list[list[dict]],

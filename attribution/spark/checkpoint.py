@@ -3,12 +3,15 @@
 Spark refuses some incompatible restarts itself (a changed key type) but not all: under another
 bucket count a user hashes to another key, and its state would silently be lost. The options
 that shape the state are therefore written into the checkpoint and compared on every start.
+So are the attribution models: a model added to a running query would find none of its own
+consumption in the state, and credit impressions that it had already credited.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from ..config import DEFAULT_MODELS, AttributionConfig
 from .apply_in_pandas import STATE_COLUMN_FORMAT
 from .pipeline import ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS
 
@@ -20,13 +23,17 @@ class CheckpointMismatch(ValueError):
 LAYOUT_FILE = "attribution-state-layout.json"
 
 
-def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_state: str) -> str:
+def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_state: str,
+                     config: AttributionConfig = AttributionConfig()) -> str:
     """Record the state layout in the checkpoint on its first run; refuse a different one later.
 
     :param checkpoint: the query's checkpoint directory.
     :param backend: one of ``pipeline.BACKENDS``.
     :param state_buckets: applyInPandasWithState's bucket count (0 = one key per user).
     :param tws_state: transformWithState's state layout.
+    :param config: the attribution rules; their models, and the half-life when ``time_decay``
+        is one of them, are pinned (a layout written before models existed means
+        ``last_touch`` alone).
     :returns: how bucket numbers become keys for this checkpoint (``ALIGNED_BUCKET_KEYS``, or
         ``INDEX_BUCKET_KEYS`` for checkpoints started before aligned keys existed).
     :raises CheckpointMismatch: the checkpoint was started with another layout.
@@ -47,6 +54,9 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
         layout["bucket_keys"] = bucket_keys
     else:
         layout["tws_state"] = tws_state
+    layout["models"] = list(config.models)
+    if "time_decay" in config.models:
+        layout["half_life_ms"] = config.half_life_ms
     path = Path(checkpoint) / LAYOUT_FILE
     if path.exists():
         pinned = json.loads(path.read_text())
@@ -62,9 +72,10 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
             # Checkpoints started before aligned keys hold their users under bucket numbers.
             pinned.setdefault("bucket_keys", INDEX_BUCKET_KEYS)
             bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
+        pinned.setdefault("models", list(DEFAULT_MODELS))  # versions before models existed
         if pinned != layout:
-            given = ", ".join(f"{k}={v}" for k, v in layout.items())
-            started = ", ".join(f"{k}={v}" for k, v in pinned.items())
+            given = ", ".join(f"{k}={_text(v)}" for k, v in layout.items())
+            started = ", ".join(f"{k}={_text(v)}" for k, v in pinned.items())
             raise CheckpointMismatch(
                 f"checkpoint {checkpoint} was started with {started}; this run asks for "
                 f"{given}. Use the original options, or a new --checkpoint (and --output).")
@@ -72,3 +83,7 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(layout) + "\n")
     return bucket_keys
+
+
+def _text(value) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)

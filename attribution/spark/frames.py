@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -19,14 +18,12 @@ import pandas as pd
 
 from ..core import Attribution
 from ..events import Event, ms_to_datetime
-from ..schema import OUTPUT_FIELDS, OUTPUT_SCHEMA, field_kinds
+from ..schema import OUTPUT_SCHEMA, field_kinds
 
 # The columns the stateful operators read, in this order (``ts`` stays for Spark's watermark).
 INPUT_COLUMNS = ("event_id", "user_id", "event_type", "ts", "ts_ms", "url", "referer", "is_goal",
-                 "impression_id", "source_url", "target_url")
+                 "impression_id", "source_url", "target_url", "campaign", "value")
 _OUTPUT_KINDS = {name: kind for name, (kind, _) in field_kinds(OUTPUT_SCHEMA).items()}
-# One C-level call per row: the row's values in output-schema order.
-_output_values = attrgetter(*OUTPUT_FIELDS)
 _NAT = np.datetime64("NaT", "ms")
 _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 
@@ -40,14 +37,16 @@ _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 # as (see ``group_state``), so its size is state size.
 PACKED_COLUMN = "event"
 PACKED_KEYS = {"event_id": "i", "event_type": "t", "ts_ms": "s", "url": "u", "referer": "r",
-               "is_goal": "g", "impression_id": "m", "source_url": "a", "target_url": "b"}
+               "is_goal": "g", "impression_id": "m", "source_url": "a", "target_url": "b",
+               "campaign": "c", "value": "v"}
 
 
 def _event_from_json(user_id: str, e: dict) -> Event:
-    # Spark's ``to_json`` leaves null fields out, hence ``get``.
+    # Spark's ``to_json`` leaves null fields out, hence ``get`` (and inboxes stored before
+    # campaign and value existed read as without them).
     get = e.get
     return Event(e["i"], user_id, e["t"], e["s"], get("u"), get("r"), get("g") is True, get("m"),
-                 get("a"), get("b"))
+                 get("a"), get("b"), get("c"), get("v"))
 
 
 def events_from_packed(user_id: str, frame: pd.DataFrame) -> Iterator[Event]:
@@ -107,20 +106,24 @@ def events_from_rows(rows: Iterable) -> Iterator[Event]:
     A ``Row`` is a tuple: unpacking it by position skips the per-field name lookup of
     ``row.field``, which is most of the cost at a million rows.
     """
-    for eid, uid, typ, _ts, ts_ms, url, ref, goal, iid, src, tgt in rows:
-        yield Event(eid, uid, typ, int(ts_ms), url, ref, goal is True, iid, src, tgt)
+    for eid, uid, typ, _ts, ts_ms, url, ref, goal, iid, src, tgt, campaign, value in rows:
+        yield Event(eid, uid, typ, int(ts_ms), url, ref, goal is True, iid, src, tgt, campaign,
+                    value)
 
 
 def _output_column(kind: str, values: tuple):
     """One output column in a form Spark's Arrow conversion takes without a detour: epoch-ms
     timestamps as UTC-aware ``datetime64[ms, UTC]`` (None becomes NaT; aware, so the session
-    time zone cannot shift them), doubles as float64, everything else (strings, nullable longs,
-    trails) as Python objects."""
+    time zone cannot shift them), doubles as float64 (None becomes NaN, which Spark's
+    conversion writes as null; a value is never NaN, validation refuses it), ints as int32,
+    everything else (strings, nullable longs, trails) as Python objects."""
     if kind == "timestamp":
         return pd.array(np.array([_NAT if v is None else v for v in values],
                                  dtype="datetime64[ms]"), dtype=_UTC_MS)
     if kind == "double":
         return np.array(values, dtype="float64")
+    if kind == "int":
+        return np.array(values, dtype="int32")
     column = np.empty(len(values), dtype=object)
     column[:] = values
     return column
@@ -136,7 +139,7 @@ def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({name: _output_column(kind, ())
                              for name, kind in _OUTPUT_KINDS.items()})
-    values = list(zip(*map(_output_values, rows)))
+    values = list(zip(*rows))  # a row is a tuple in output-schema order
     columns = {name: _output_column(kind, column)
                for (name, kind), column in zip(_OUTPUT_KINDS.items(), values)}
     return pd.DataFrame(columns, copy=False)
@@ -144,14 +147,14 @@ def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
 
 # -- Arrow, for batch mode's partition-at-a-time function -------------------------------------------
 _EVENT_ARGS = ("event_id", "user_id", "event_type", "ts_ms", "url", "referer", "is_goal",
-               "impression_id", "source_url", "target_url")
+               "impression_id", "source_url", "target_url", "campaign", "value")
 
 
 def events_from_arrow(batch) -> Iterator[Event]:
     """Events from an Arrow record batch with ``INPUT_COLUMNS`` (one ``to_pylist`` per column)."""
     columns = [batch.column(name).to_pylist() for name in _EVENT_ARGS]
-    for eid, uid, typ, ts_ms, url, ref, goal, iid, src, tgt in zip(*columns):
-        yield Event(eid, uid, typ, ts_ms, url, ref, goal is True, iid, src, tgt)
+    for eid, uid, typ, ts_ms, url, ref, goal, iid, src, tgt, campaign, value in zip(*columns):
+        yield Event(eid, uid, typ, ts_ms, url, ref, goal is True, iid, src, tgt, campaign, value)
 
 
 def output_arrow_schema():
@@ -168,7 +171,7 @@ def rows_to_arrow(rows: Sequence[Attribution], schema):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    values = list(zip(*map(_output_values, rows))) if rows else [()] * len(_OUTPUT_KINDS)
+    values = list(zip(*rows)) if rows else [()] * len(_OUTPUT_KINDS)
     arrays = []
     for kind, column, field in zip(_OUTPUT_KINDS.values(), values, schema):
         if kind == "timestamp":

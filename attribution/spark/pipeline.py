@@ -4,14 +4,14 @@ Streaming: ``withWatermark`` on ``ts`` first (so heartbeats advance event time),
 are dropped, then the per-user stateful operator of the chosen backend runs the core. Batch: the
 same core per user over all input, fired at a watermark of +infinity.
 
-Both outputs carry Spark *observed metrics* (goals, attributed, organic) so that progress lines
-and the final report count what was really emitted.
+Both outputs carry Spark *observed metrics* (goals and attributed goals per model, see
+``output_metrics``) so that progress lines and the final report count what was really emitted.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import AttributionConfig, spark_interval
@@ -80,12 +80,32 @@ def _packed_input(events: DataFrame) -> DataFrame:
         F.when(is_goal, ts_ms).alias("goal_ms"))
 
 
-def _observe_output(rows: DataFrame) -> DataFrame:
-    organic = F.col("impression_id").isNull()
-    return rows.observe(OUTPUT_METRICS,
-                        F.count(F.lit(1)).alias("goals"),
-                        F.count(F.when(~organic, 1)).alias("attributed"),
-                        F.count(F.when(organic, 1)).alias("organic"))
+def output_metrics(models: Sequence[str]) -> list[Column]:
+    """Aggregates of output rows, per model ``m``: ``goals_m``, the goals it gave rows for, and
+    ``attributed_m``, those credited to impressions.
+
+    A model gives a goal one row per credited impression, so rows are not goals. But an
+    attributed goal's credits sum to 1 (within 1e-9) and an organic goal has one row of credit
+    0: the sum of a model's credits, rounded, is its attributed goals, and its organic rows the
+    rest. (Observed metrics allow no distinct count.)
+    """
+    metrics = []
+    for m in models:
+        mine = F.col("model") == F.lit(m)
+        attributed = F.round(F.coalesce(F.sum(F.when(mine, F.col("credit"))), F.lit(0.0)))
+        organic = F.count(F.when(mine & F.col("impression_id").isNull(), 1))
+        metrics += [(attributed.cast("long") + organic).alias(metric_name("goals", m)),
+                    attributed.cast("long").alias(metric_name("attributed", m))]
+    return metrics
+
+
+def metric_name(what: str, model: str) -> str:
+    """The name of a per-model metric of ``output_metrics``: ``goals`` or ``attributed``."""
+    return f"{what}_{model}"
+
+
+def _observe_output(rows: DataFrame, models: Sequence[str]) -> DataFrame:
+    return rows.observe(OUTPUT_METRICS, *output_metrics(models))
 
 
 def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
@@ -138,7 +158,7 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         rows = _stateful_input(watermarked).groupBy("user_id").transformWithState(
             processor, outputStructType=output_type,
             outputMode="Append", timeMode="EventTime")
-    return _observe_output(rows)
+    return _observe_output(rows, config.models)
 
 
 def attribution_batch(events: DataFrame, config: AttributionConfig = AttributionConfig()) -> DataFrame:

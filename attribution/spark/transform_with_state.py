@@ -3,7 +3,7 @@
 Two state layouts, the same rules (the engine-free core) and the same timer:
 
 * ``CompactAttributionProcessor`` (what the job runs): per user, one value state holding the
-  core's versioned Avro blob (``to_bytes``) and the registered timer. Every state call of the
+  core's versioned blob (``to_bytes``) and the registered timer. Every state call of the
   Python ``transformWithState`` API is a round trip to the JVM's state server; a call here makes
   two (one read, one write), plus timer calls only when the wake-up moves. The benchmark's levers
   (``python -m benchmarks.streaming --levers``) measured the declared layout below spending more
@@ -14,7 +14,13 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
   * ``visits``: list state, one entry per stored visit (goals included);
   * ``impressions``: list state, one entry per canonical impression;
   * ``spent``: list state of event ids whose one-shot fact has happened: a goal that was
-    attributed, or an impression that was consumed;
+    attributed, or an impression that ``last_touch`` consumed;
+  * ``consumed``: list state of ``(event id, models)``: an impression and the consumption bits
+    (``config.model_bit``) it had when a model other than ``last_touch`` consumed it. The
+    entries of one impression add up (their bits are or-ed); a ``last_touch``-only run writes
+    none, so its state is the same as before other models existed;
+  * ``campaigns``: list state of ``(event id, campaign)`` for impressions that have one;
+  * ``goal_values``: list state of ``(event id, value)`` for goals that have one;
   * ``superseded``: list state of the event ids of click-spam members that lost to their
     logical impression's canonical one, with its dedup bucket (rule 1 drops later reuses);
   * ``wakeup``: value state holding the min pending goal (the min-goal timer) and the registered
@@ -38,7 +44,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from ..config import AttributionConfig
+from ..config import LAST_TOUCH, AttributionConfig
 from ..core import UserAttribution
 from ..paths import Impression, Visit
 from .frames import events_from_rows, row_to_spark
@@ -47,6 +53,9 @@ VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boo
 IMPRESSION_STATE = ("event_id string, impression_id long, ts long, source_url string, "
                     "target_url string")
 SPENT_STATE = "event_id string"
+CONSUMED_STATE = "event_id string, models long"
+CAMPAIGN_STATE = "event_id string, campaign string"
+GOAL_VALUE_STATE = "event_id string, value double"
 SUPERSEDED_STATE = "event_id string, bucket long"
 WAKEUP_STATE = "min_goal long, timer long"
 
@@ -54,14 +63,16 @@ WAKEUP_STATE = "min_goal long, timer long"
 class _Loaded:
     """What was in state before this call, to write back only the difference."""
 
-    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent", "superseded")
+    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent", "consumed",
+                 "superseded")
 
     def __init__(self, visit_ids: set, impression_ids: set, impression_entries: int, spent: set,
-                 superseded: set):
+                 consumed: dict, superseded: set):
         self.visit_ids = visit_ids
         self.impression_ids = impression_ids
         self.impression_entries = impression_entries
         self.spent = spent
+        self.consumed = consumed
         self.superseded = superseded
 
 
@@ -76,6 +87,9 @@ class AttributionProcessor(StatefulProcessor):
         self.visits = handle.getListState("visits", VISIT_STATE)
         self.impressions = handle.getListState("impressions", IMPRESSION_STATE)
         self.spent = handle.getListState("spent", SPENT_STATE)
+        self.consumed = handle.getListState("consumed", CONSUMED_STATE)
+        self.campaigns = handle.getListState("campaigns", CAMPAIGN_STATE)
+        self.goal_values = handle.getListState("goal_values", GOAL_VALUE_STATE)
         self.superseded = handle.getListState("superseded", SUPERSEDED_STATE)
         self.wakeup = handle.getValueState("wakeup", WAKEUP_STATE)
 
@@ -101,13 +115,21 @@ class AttributionProcessor(StatefulProcessor):
         # Every state call is a round trip to the JVM; get() on a missing list or value yields
         # nothing (or None), so no exists() call is needed first.
         spent = {r[0] for r in self.spent.get()}
-        visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent)
+        consumed: dict = {}
+        for event_id, models in self.consumed.get():
+            consumed[event_id] = consumed.get(event_id, 0) | models
+        campaigns = dict(self.campaigns.get())
+        values = dict(self.goal_values.get())
+        visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent,
+                        values.get(r[0]))
                   for r in self.visits.get()]
-        impressions = [Impression(r[0], r[1], r[2], r[3], r[4], r[0] in spent)
+        impressions = [Impression(r[0], r[1], r[2], r[3], r[4],
+                                  (LAST_TOUCH if r[0] in spent else 0) | consumed.get(r[0], 0),
+                                  campaigns.get(r[0]))
                        for r in self.impressions.get()]
         superseded = {r[0]: r[1] for r in self.superseded.get()}
         loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
-                         len(impressions), spent, set(superseded))
+                         len(impressions), spent, consumed, set(superseded))
         core = UserAttribution.restore(user_id, visits, impressions, config=self.config,
                                        superseded=superseded)
         return core, loaded
@@ -123,7 +145,10 @@ class AttributionProcessor(StatefulProcessor):
 
     def _store(self, core: UserAttribution, loaded: _Loaded) -> None:
         spent = {g.event_id for g in core.visits.values() if g.is_goal and not g.pending}
-        spent.update(i.event_id for i in core.impressions.values() if i.consumed)
+        spent.update(i.event_id for i in core.impressions.values() if i.consumed & LAST_TOUCH)
+        # The other models' consumption, as it stands (see ``consumed`` in the module docstring).
+        consumed = {i.event_id: i.consumed for i in core.impressions.values()
+                    if i.consumed & ~LAST_TOUCH}
         shrunk = (not loaded.visit_ids <= core.visits.keys()
                   or len(core.impressions) < loaded.impression_entries
                   or not loaded.impression_ids <= {i.event_id for i in core.impressions.values()}
@@ -133,15 +158,24 @@ class AttributionProcessor(StatefulProcessor):
             self._put_or_clear(self.impressions, [_impression_entry(i)
                                                   for i in core.impressions.values()])
             self._put_or_clear(self.spent, [(s,) for s in spent])
+            self._put_or_clear(self.consumed, list(consumed.items()))
+            self._put_or_clear(self.campaigns, _campaign_entries(core.impressions.values()))
+            self._put_or_clear(self.goal_values, _goal_value_entries(core.visits.values()))
             self._put_or_clear(self.superseded, list(core.superseded.items()))
             return
-        new_visits = [_visit_entry(v) for k, v in core.visits.items() if k not in loaded.visit_ids]
-        new_impressions = [_impression_entry(i) for i in core.impressions.values()
+        new_visits = [v for k, v in core.visits.items() if k not in loaded.visit_ids]
+        new_impressions = [i for i in core.impressions.values()
                            if i.event_id not in loaded.impression_ids]
         new_spent = [(s,) for s in spent - loaded.spent]
+        new_consumed = [(k, bits) for k, bits in consumed.items()
+                        if bits & ~loaded.consumed.get(k, 0)]
         new_superseded = [(k, b) for k, b in core.superseded.items() if k not in loaded.superseded]
-        for state, entries in ((self.visits, new_visits), (self.impressions, new_impressions),
-                               (self.spent, new_spent), (self.superseded, new_superseded)):
+        for state, entries in ((self.visits, [_visit_entry(v) for v in new_visits]),
+                               (self.impressions, [_impression_entry(i) for i in new_impressions]),
+                               (self.spent, new_spent), (self.consumed, new_consumed),
+                               (self.campaigns, _campaign_entries(new_impressions)),
+                               (self.goal_values, _goal_value_entries(new_visits)),
+                               (self.superseded, new_superseded)):
             if entries:
                 state.appendList(entries)
 
@@ -166,7 +200,8 @@ class AttributionProcessor(StatefulProcessor):
         old = self.wakeup.get()
         if old is not None:
             self.handle.deleteTimer(old[1])
-        for state in (self.visits, self.impressions, self.spent, self.superseded, self.wakeup):
+        for state in (self.visits, self.impressions, self.spent, self.consumed, self.campaigns,
+                      self.goal_values, self.superseded, self.wakeup):
             state.clear()
 
 
@@ -176,6 +211,14 @@ def _visit_entry(v: Visit) -> tuple:
 
 def _impression_entry(i: Impression) -> tuple:
     return (i.event_id, i.impression_id, i.ts, i.source_url, i.target_url)
+
+
+def _campaign_entries(impressions) -> list[tuple]:
+    return [(i.event_id, i.campaign) for i in impressions if i.campaign is not None]
+
+
+def _goal_value_entries(visits) -> list[tuple]:
+    return [(v.event_id, v.value) for v in visits if v.value is not None]
 
 
 COMPACT_STATE = "state binary, timer long"

@@ -15,7 +15,8 @@ def spark_struct(schema: dict):
     """Derive the Spark ``StructType`` of an Avro record schema (all fields nullable in Spark
     file sources anyway; non-null Avro fields are marked non-nullable for output contracts)."""
     scalar = {"string": T.StringType(), "enum": T.StringType(), "boolean": T.BooleanType(),
-              "long": T.LongType(), "double": T.DoubleType(), "timestamp": T.TimestampType()}
+              "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
+              "timestamp": T.TimestampType()}
     fields = []
     for f in schema["fields"]:
         t, nullable = unwrap_nullable(f["type"])
@@ -34,8 +35,9 @@ def spark_ddl(schema: dict) -> str:
     return spark_struct(schema).simpleString()[len("struct<"):-1]
 
 
-_PANDAS_DTYPES = {"string": "object", "enum": "object", "boolean": "boolean", "long": "Int64",
-                  "double": "float64", "timestamp": "datetime64[ns, UTC]", "array": "object"}
+_PANDAS_DTYPES = {"string": "object", "enum": "object", "boolean": "boolean", "int": "Int32",
+                  "long": "Int64", "double": "float64", "timestamp": "datetime64[ns, UTC]",
+                  "array": "object"}
 
 
 def pandas_dtypes(schema: dict) -> dict[str, str]:
@@ -43,16 +45,16 @@ def pandas_dtypes(schema: dict) -> dict[str, str]:
     out = {}
     for name, (kind, nullable) in field_kinds(schema).items():
         dtype = _PANDAS_DTYPES[kind]
-        if kind == "long" and not nullable:
-            dtype = "int64"
+        if kind in ("int", "long") and not nullable:
+            dtype = dtype.lower()
         out[name] = dtype
     return out
 
 
 def arrow_schema(schema: dict):
     """Derive the pyarrow schema; timestamps are microsecond UTC, as Spark reads Parquet best."""
-    scalar = {"string": pa.string(), "enum": pa.string(), "boolean": pa.bool_(), "long": pa.int64(),
-              "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC")}
+    scalar = {"string": pa.string(), "enum": pa.string(), "boolean": pa.bool_(), "int": pa.int32(),
+              "long": pa.int64(), "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC")}
     fields = []
     for f in schema["fields"]:
         t, nullable = unwrap_nullable(f["type"])

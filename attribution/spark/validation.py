@@ -3,8 +3,8 @@
 Raw records are classified by Spark SQL expressions only (no Python UDF on the hot path) into a
 valid event in the event schema, or an invalid record with a reason. The reasons repeat the
 wording of ``attribution.events`` (``missing user_id``, ``unknown event_type 'click'``,
-``visit without url``, ``url too long (N chars > 8192)``...), so a record rejected by the Spark
-job and by the pure-Python oracle reads the same.
+``visit without url``, ``url too long (N chars > 8192)``, ``value must be a finite number, got
+nan``...), so a record rejected by the Spark job and by the pure-Python oracle reads the same.
 
 JSON lines are read as *text*, so a line that is not JSON at all still reaches the dead letter
 verbatim, and parsed with ``try_parse_json`` into a VARIANT. The variant keeps the JSON type of
@@ -58,7 +58,7 @@ def _pandas_time_range() -> tuple[str, str]:
 
 SUPPORTED_TS_RANGE = _pandas_time_range()
 
-_STRING_FIELDS = ("event_id", "user_id", "url", "referer", "source_url", "target_url")
+_STRING_FIELDS = ("event_id", "user_id", "url", "referer", "source_url", "target_url", "campaign")
 _INTEGER_VARIANT_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
 
@@ -182,6 +182,7 @@ def _json_view(raw: DataFrame) -> DataFrame:
         columns.append(F.try_variant_get(v, f"$.{name}", "string").alias(name))
     columns += [F.try_variant_get(v, "$.ts", "string").alias("ts_text"),
                 F.try_variant_get(v, "$.is_goal", "boolean").alias("is_goal"),
+                F.try_variant_get(v, "$.value", "double").alias("value"),
                 F.try_variant_get(v, "$.impression_id", "bigint").alias("id_long"),
                 F.try_variant_get(v, "$.impression_id", "double").alias("id_double")]
     variant_types = parsed.select(*columns)
@@ -207,7 +208,7 @@ def _json_view(raw: DataFrame) -> DataFrame:
 
 
 def _parquet_view(raw: DataFrame) -> DataFrame:
-    kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int",
+    kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int", "double": "float",
              "timestamp": "timestamp"}
     # raw_record is left to ``classify``, which renders it for the invalid rows only.
     columns = [F.col("source_file"), F.col("source_modified"), F.lit("dict").alias("k_record"),
@@ -251,6 +252,20 @@ def _string_rules(name: str, required: bool, what: str = "") -> list[tuple[Colum
     return rules
 
 
+def _value_rules() -> list[tuple[Column, Column]]:
+    """(condition, reason) pairs of ``attribution.events._value``: a number, and a finite one
+    (NaN and infinities named as Python prints them)."""
+    kind, value = F.col("k_value"), F.col("value")
+    number = kind.isin("int", "float")
+    printed = (F.when(F.isnan(value), F.lit("nan"))
+                .when(value > 0, F.lit("inf")).otherwise(F.lit("-inf")))
+    return [
+        (kind.isNotNull() & ~number, F.concat(F.lit("value must be a number, got "), kind)),
+        (number & (F.isnan(value) | (F.abs(value) == F.lit(float("inf")))),
+         F.concat(F.lit("value must be a finite number, got "), printed)),
+    ]
+
+
 def _ts_rules() -> list[tuple[Column, Column]]:
     kind, text = F.col("k_ts"), F.col("ts_text")
     return [
@@ -292,7 +307,7 @@ def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
                   F.concat(F.lit("is_goal must be a boolean, got "), goal_kind)))
     rules += [(is_visit & cond, reason)
               for cond, reason in (*_string_rules("url", required=True, what="visit"),
-                                   *_string_rules("referer", required=False))]
+                                   *_string_rules("referer", required=False), *_value_rules())]
     id_kind = F.col("k_impression_id")
     rules += [
         (is_impression & id_kind.isNull(), F.lit("impression without impression_id")),
@@ -303,7 +318,8 @@ def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
     ]
     rules += [(is_impression & cond, reason)
               for cond, reason in (*_string_rules("source_url", required=True, what="impression"),
-                                   *_string_rules("target_url", required=True, what="impression"))]
+                                   *_string_rules("target_url", required=True, what="impression"),
+                                   *_string_rules("campaign", required=False))]
     rules.append(skew_rule)
     low, high = SUPPORTED_TS_RANGE
     rules.append(((F.col("ts") < F.lit(low).cast("timestamp"))
@@ -360,6 +376,8 @@ def _event_columns() -> list[Column]:
         "impression_id": F.when(is_impression, F.col("impression_id")),
         "source_url": F.when(is_impression, F.col("source_url")),
         "target_url": F.when(is_impression, F.col("target_url")),
+        "campaign": F.when(is_impression, F.col("campaign")),
+        "value": F.when(is_visit, F.col("value")),
     }
     return [keep[name].cast(schema[name]).alias(name) for name in EVENT_FIELDS]
 

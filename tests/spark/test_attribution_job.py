@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from attribution.config import MODELS, AttributionConfig, parse_duration_ms
 from attribution.events import Event
 from attribution.oracle import attribute_batch, sort_key
 from attribution.spark.files import read_events, write_events
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
-from support import ROOT, stage_in_arrival_order
+from support import ROOT, multi_touch_events, stage_in_arrival_order
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
 CH7_ROWS = {
@@ -53,10 +54,39 @@ def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, m
                            "--watermark-delay", "3 minutes", *options)
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert rows == attribute_batch(read_events(ch7_stream_dir))
+    # Without --models: last_touch alone, and the columns of later sections at their defaults.
+    assert {(r.model, r.credit, r.impression_campaign, r.goal_value, r.credited_value, r.sign,
+             r.revision, r.emit_timing) for r in rows} == {
+        ("last_touch", 1.0, None, None, None, 1, 0, "ON_TIME")}
     assert (report.goals, report.attributed, report.late_rows) == (2, 2, 0)
+    assert report.attributed_by_model == {"last_touch": 2}
     if mode != "batch":
         assert report.input_rows == 12  # 11 events and the heartbeat
         assert report.batches >= 7       # one per file, plus the timer-only batch
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
+def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tmp_path, mode):
+    """All five models in one run, on generated sessions where many goals have several clicks
+    upstream, with campaigns and values: each path gives the oracle's rows, row for row."""
+    events = multi_touch_events(tmp_path / "events")
+    config = AttributionConfig(models=MODELS, half_life_ms=parse_duration_ms("2 days"))
+    expected = attribute_batch(read_events(events), config)
+    linear = [r for r in expected if r.model == "linear" and not r.organic]
+    assert len(linear) - len({r.goal_event_id for r in linear}) >= 20  # goals of 2+ clicks
+    assert any(r.impression_campaign and r.credited_value for r in linear)
+    assert any(r.goal_value is None for r in expected) and any(r.organic for r in expected)
+
+    report, rows = run_job(spark, tmp_path, events, "--models", "all", "--half-life", "2 days",
+                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+                           *LAYOUTS[mode])
+    assert rows == expected
+    goals = {r.goal_event_id for r in expected}
+    assert report.goals == len(goals) and report.late_rows == 0
+    assert report.attributed_by_model == {
+        m: len({r.goal_event_id for r in expected if r.model == m and not r.organic})
+        for m in MODELS}
+    assert "first_touch" in report.render()
 
 
 @pytest.mark.slow
@@ -139,9 +169,10 @@ def test_help_explains_every_option():
                          capture_output=True, text=True, check=True).stdout
     for option in ("--events", "--format", "--output", "--checkpoint", "--mode", "--backend",
                    "--trigger", "--max-files-per-trigger", "--watermark-delay", "--lookback",
-                   "--dedup-window", "--state-buckets", "--tws-state"):
+                   "--dedup-window", "--state-buckets", "--tws-state", "--models", "--half-life"):
         assert option in out
     assert "10 minutes" in out and "90 days" in out and "1 day" in out
+    assert all(model in out for model in MODELS) and "7 days" in out
 
 
 def test_bad_arguments_fail_with_one_clear_line(tmp_path):
@@ -153,6 +184,19 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
                              "--events", str(tmp_path), "--lookback", "ninety days"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "not a duration" in result.stderr
+    for option, value, error in (
+            ("--models", "linear,u_shaped", "error: --models: unknown attribution model "
+                                            "'u_shaped'; choose from last_touch, first_touch, "
+                                            "linear, position_based, time_decay (or 'all')"),
+            ("--models", "", "error: --models: no attribution model given; choose from"),
+            ("--half-life", "0", "error: half-life must be a positive number of milliseconds, "
+                                 "got 0"),
+            ("--half-life", "a week", "error: --half-life: not a duration: 'a week'")):
+        result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
+                                 "--events", str(tmp_path), option, value],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and error in result.stderr, (option, value)
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
@@ -179,7 +223,8 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
     from attribution.spark.checkpoint import CheckpointMismatch
 
     run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "7")
-    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"]):
+    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"],
+                  ["--models", "all"], ["--models", "last_touch,linear"]):
         with pytest.raises(CheckpointMismatch, match="was started with backend=applyInPandas"):
             run_job(spark, tmp_path, ch7_stream_dir, *other)
     report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run

@@ -132,13 +132,29 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
                 {**GOOD_IMPRESSION, "impression_id": 2.5}, {**GOOD_IMPRESSION, "impression_id": True},
                 {**GOOD_VISIT, "event_id": ""}, {**GOOD_VISIT, "is_goal": None},
                 {**GOOD_VISIT, "ts": "1970-01-01T12:03:50.123456+02:00"},
+                # campaign and value (spec section 7)
+                {**GOOD_VISIT, "value": 12.5}, {**GOOD_VISIT, "value": 3},
+                {**GOOD_VISIT, "value": -0.25, "is_goal": False}, {**GOOD_VISIT, "value": None},
+                {**GOOD_VISIT, "value": "12"}, {**GOOD_VISIT, "value": True},
+                {**GOOD_VISIT, "value": [1]}, {**GOOD_VISIT, "url": None, "value": "x"},
+                {**GOOD_IMPRESSION, "campaign": "spring"}, {**GOOD_IMPRESSION, "campaign": 7},
+                {**GOOD_IMPRESSION, "campaign": "c" * 8193},
+                {**GOOD_IMPRESSION, "campaign": 7, "target_url": None},
+                {**GOOD_IMPRESSION, "value": "ignored"}, {**GOOD_VISIT, "campaign": 5},
                 None, "text", True, 1.5, 7, [1]]  # JSON lines that are not objects
+    lines = [json.dumps(r) for r in records]
+    # Numbers beyond a double's range parse as infinities, on both sides.
+    for sign in ("", "-"):
+        lines.append(json.dumps({**GOOD_VISIT, "event_id": f"huge{sign}"})[:-1]
+                     + f', "value": {sign}1e400}}')
+    # JSON has no NaN: Python's json module writes and reads one anyway, Spark does not.
+    lines.append(json.dumps({**GOOD_VISIT, "event_id": "not-a-number", "value": float("nan")}))
+    records = [json.loads(line) for line in lines]
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "records.json").write_text(
-        "\n".join(json.dumps(r) for r in records) + "\n")
+    (tmp_path / "in" / "records.json").write_text("\n".join(lines) + "\n")
     rows = classify(read_raw_batch(spark, str(tmp_path / "in"), "json"), "json",
                     max_future_skew_ms=86_400_000, skew_text="1 day").collect()
-    assert [json.loads(r.raw_record) for r in rows] == records
+    assert [r.raw_record for r in rows] == lines
     compared = 0
     for record, row in zip(records, rows):
         python_reason = validate(record)
@@ -151,11 +167,19 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
             # ts is an ISO-8601 string, and Spark's own JSON reader would read 5 as 5 *seconds*.
             assert python_reason is None
             assert row.reason == "ts must be an ISO-8601 string, got int"
+        elif isinstance(record, dict) and record.get("event_id") == "not-a-number":
+            assert python_reason == "value must be a finite number, got nan"
+            assert row.reason == "malformed JSON"
         else:
             assert row.reason == python_reason, record
             compared += 1
-    assert compared >= 30
-    assert sum(r.reason is None for r in rows) == 7
+    reasons = {r.reason for r in rows}
+    assert {"value must be a finite number, got inf", "value must be a finite number, got -inf",
+            "value must be a number, got str", "campaign must be a string, got int"} <= reasons
+    assert [(r.value, r.campaign) for r in rows if r.valid and (r.value or r.campaign)] == [
+        (12.5, None), (3.0, None), (-0.25, None), (None, "spring")]
+    assert compared >= 45
+    assert sum(r.reason is None for r in rows) == 14
     # The filters select on ``valid``, computed apart from the reason: they must agree.
     assert all(r.valid == (r.reason is None) for r in rows)
 
@@ -245,7 +269,19 @@ def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
            ({**good[0], "event_id": "p-nourl", "url": None}, "visit without url"),
            ({**good[0], "event_id": "p-future",
              "ts": ms_to_datetime(ts_to_ms("9000-01-01T00:00:00Z"))}, "ts 9000-01-01T00:00"),
-           ({**good[0], "event_id": "p-nots", "ts": None}, "missing ts")]
+           ({**good[0], "event_id": "p-nots", "ts": None}, "missing ts"),
+           ({**good[0], "event_id": "p-nan", "value": float("nan")},
+            "value must be a finite number, got nan"),
+           ({**good[0], "event_id": "p-inf", "value": float("inf")},
+            "value must be a finite number, got inf"),
+           ({**good[0], "event_id": "p-minus-inf", "value": float("-inf")},
+            "value must be a finite number, got -inf"),
+           ({**good[0], "event_id": "p-long-campaign", "event_type": "impression",
+             "impression_id": 5, "source_url": "s", "target_url": "t", "campaign": "c" * 9000},
+            "campaign too long (9000 chars > 8192)")]
+    good += [{**good[0], "event_id": "p-value", "value": 12.5},
+             {**good[0], "event_id": "p-campaign", "event_type": "impression", "impression_id": 6,
+              "source_url": "s", "target_url": "t", "campaign": "spring"}]
     schema = arrow_schema(EVENT_SCHEMA)
     relaxed = pa.schema([f.with_nullable(True) for f in schema])  # to write the invalid rows
     (tmp_path / "in").mkdir()
@@ -256,6 +292,8 @@ def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
     reasons = {r.event_id: r.reason for r in rows}
     for record, reason in bad:
         assert reasons[record["event_id"]].startswith(reason)
+        if "ts" not in reason:  # the Python validator gives the same reason
+            assert validate(record) == reasons[record["event_id"]]
     assert all(reasons[r["event_id"]] is None for r in good)
     assert all(r.valid == (r.reason is None) for r in rows)
     # The dead letter's raw record is the row as JSON; valid rows are never rendered.

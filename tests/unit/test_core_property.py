@@ -1,20 +1,25 @@
 """Property tests of the attribution core against the batch oracle and a brute-force reference.
 
 Random small event sets (1-3 users, a three-page URL vocabulary so that referer cycles, equal
-timestamps, repeated clicks and redeliveries all occur) are fed to ``UserAttribution`` in a random
+timestamps, repeated clicks, several clicks upstream of a goal and redeliveries all occur; some
+impressions with a campaign, some goals with a value) are fed to ``UserAttribution`` in a random
 arrival order, split into steps, with a random watermark before each step that never makes an
-event late. The streaming rows must equal:
+event late. Most configurations compute every model at once. The streaming rows must equal:
 
 * the batch oracle (``attribute_batch``), with and without garbage collection after each step,
   and with the state round-tripped through ``to_bytes``/``from_bytes`` between steps;
-* an independent brute-force reading of spec rules 1-7, written here on an explicit networkx
-  graph and sharing no code with ``attribution.paths``.
+* an independent brute-force reading of spec rules 1-7 and sections 6-7
+  (``support.reference_attribution``), on an explicit networkx graph, sharing no code with
+  ``attribution.paths`` or ``attribution.models``;
+* for each model, the rows of a run of that model alone (each model consumes for itself).
 
 Hypothesis runs derandomized, so every run checks the same examples.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import replace
 from typing import Optional
 
 import pytest
@@ -22,24 +27,38 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attribution import AttributionConfig, Event, attribute_batch
+from attribution.config import MODELS
 from attribution.core import WATERMARK_INFINITY, Attribution, UserAttribution
 from attribution.oracle import sort_key
-from support import COVERAGE, PAGES, SEARCH_PAGES, larger_event_set, reference_attribution
+from support import (
+    COVERAGE,
+    PAGES,
+    SEARCH_PAGES,
+    assert_same_rows,
+    larger_event_set,
+    reference_attribution,
+)
 
 USERS = ("u1", "u2", "u3")
 
 # Small lookbacks and dedup windows relative to the 0..30 ms time range make the lookback
-# boundary, bucket edges and GC all matter; the defaults check the spec's own parameters.
+# boundary, bucket edges and GC all matter; the defaults check the spec's own parameters. Half-lives
+# of a few milliseconds make time_decay's weights differ. Two configurations keep last_touch alone,
+# the default.
 CONFIGS = (
-    AttributionConfig(lookback_ms=0, dedup_window_ms=1),
-    AttributionConfig(lookback_ms=3, dedup_window_ms=4),
-    AttributionConfig(lookback_ms=8, dedup_window_ms=5),
-    AttributionConfig(lookback_ms=15, dedup_window_ms=1),
+    AttributionConfig(lookback_ms=0, dedup_window_ms=1, models=MODELS),
+    AttributionConfig(lookback_ms=3, dedup_window_ms=4, models=MODELS, half_life_ms=2),
+    AttributionConfig(lookback_ms=8, dedup_window_ms=5, models=MODELS, half_life_ms=5),
+    AttributionConfig(lookback_ms=15, dedup_window_ms=1, models=MODELS, half_life_ms=1),
     AttributionConfig(lookback_ms=15, dedup_window_ms=7),
     # A dedup window much wider than the lookback: GC must keep an impression for its bucket.
-    AttributionConfig(lookback_ms=2, dedup_window_ms=16),
+    AttributionConfig(lookback_ms=2, dedup_window_ms=16, models=MODELS, half_life_ms=3),
+    AttributionConfig(lookback_ms=30, dedup_window_ms=3, models=MODELS, half_life_ms=8),
+    AttributionConfig(models=MODELS),
     AttributionConfig(),
 )
+CAMPAIGNS = (None, None, "spring", "summer")
+VALUES = (None, None, 10.0, 2.5, -4.0, 0.0)
 
 # -- the brute-force reference ------------------------------------------------------------------
 
@@ -74,13 +93,15 @@ def event_sets(draw) -> list[Event]:
             events.append(Event(_id(draw, used), user, "impression",
                                 ts - draw(st.sampled_from((0, 0, 1, 2, 9))),
                                 impression_id=draw(st.integers(0, 3)),
-                                source_url=source, target_url=page))
+                                source_url=source, target_url=page,
+                                campaign=draw(st.sampled_from(CAMPAIGNS))))
         ts += 2
         referer = source
         for hop in range(draw(st.integers(1, 5))):
             ts += draw(st.integers(0, 3))
             events.append(Event(_id(draw, used), user, "visit", ts, url=page, referer=referer,
-                                is_goal=draw(st.integers(0, 2)) == 0))
+                                is_goal=draw(st.integers(0, 2)) == 0,
+                                value=draw(st.sampled_from(VALUES))))
             referer, page = page, draw(st.sampled_from(PAGES))
     for _ in range(draw(st.integers(0, 12))):
         user = draw(st.sampled_from(users))
@@ -89,12 +110,14 @@ def event_sets(draw) -> list[Event]:
             events.append(Event(_id(draw, used), user, "impression", ts,
                                 impression_id=draw(st.integers(0, 3)),
                                 source_url=draw(st.sampled_from(SEARCH_PAGES + PAGES)),
-                                target_url=draw(st.sampled_from(PAGES))))
+                                target_url=draw(st.sampled_from(PAGES)),
+                                campaign=draw(st.sampled_from(CAMPAIGNS))))
         else:
             events.append(Event(_id(draw, used), user, "visit", ts,
                                 url=draw(st.sampled_from(PAGES)),
                                 referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
-                                is_goal=draw(st.integers(0, 3)) == 0))
+                                is_goal=draw(st.integers(0, 3)) == 0,
+                                value=draw(st.sampled_from(VALUES))))
     return events
 
 
@@ -169,6 +192,14 @@ def run_streaming(config: AttributionConfig, steps, gc: bool = True,
 
 def _note_coverage(config, steps, rows) -> None:
     arrivals = [e for _, batch in steps for e in batch]
+    credited = defaultdict(set)
+    for r in rows:
+        credited[(r.goal_event_id, r.model)].add(r.impression_event_id)
+    COVERAGE["goals where first and last touch differ"] += sum(
+        credited[(g, "last_touch")] != credited[(g, "first_touch")]
+        for g, m in credited if m == "first_touch")
+    COVERAGE["rows with a campaign and a value"] += sum(
+        r.impression_campaign is not None and r.goal_value is not None for r in rows)
     COVERAGE["attributed rows"] += sum(not r.organic for r in rows)
     COVERAGE["organic rows"] += sum(r.organic for r in rows)
     COVERAGE["rows with a trail of 2+ visits"] += sum(len(r.trail) >= 2 for r in rows)
@@ -198,9 +229,26 @@ def _streaming_equals_batch_and_reference(run) -> None:
         "a to_bytes/from_bytes round trip changed a result"
 
     goals = {e.event_id for e in arrivals if e.event_type == "visit" and e.is_goal}
-    assert sorted(r.goal_event_id for r in streamed) == sorted(goals), "one row per goal"
-    assert streamed == reference_attribution(arrivals, config), \
-        "the core differs from the brute-force reading of the spec"
+    by_goal_model = defaultdict(list)
+    for r in streamed:
+        by_goal_model[(r.goal_event_id, r.model)].append(r)
+    assert set(by_goal_model) == {(g, m) for g in goals for m in config.models}, \
+        "rows for every goal and every model"
+    for (_, model), rows in by_goal_model.items():
+        if rows[0].organic:
+            assert len(rows) == 1 and rows[0].credit == 0.0
+        else:
+            assert math.isclose(sum(r.credit for r in rows), 1.0, abs_tol=1e-9), rows
+            assert len({r.impression_event_id for r in rows}) == len(rows)
+            if model in ("last_touch", "first_touch"):
+                assert len(rows) == 1
+    assert_same_rows(streamed, reference_attribution(arrivals, config),
+                     "the core and the brute-force reading of the spec")
+    if len(config.models) > 1:
+        for model in config.models:
+            alone = attribute_batch(arrivals, replace(config, models=(model,)))
+            assert alone == [r for r in streamed if r.model == model], \
+                f"{model}'s rows depend on the models beside it"
     _note_coverage(config, steps, streamed)
 
 
@@ -212,7 +260,9 @@ def test_streaming_equals_batch_oracle_and_brute_force_reference():
                   "small-lookback runs with rows", "states emptied by gc",
                   "goals with a consumed impression upstream",
                   "goals with an impression upstream beyond the lookback",
-                  "goals with a superseded click upstream")
+                  "goals with a superseded click upstream",
+                  "goals where first and last touch differ", "rows with a campaign and a value",
+                  *(f"{m} with {n} candidate(s)" for m in MODELS for n in (0, 1, 2, 3)))
     unexercised = [k for k in situations if COVERAGE[k] == 0]
     assert not unexercised, f"the random inputs never exercised: {unexercised}"
 
@@ -222,10 +272,10 @@ def test_reference_reproduces_the_chapter_answer(ch7_dir):
     from attribution.spark.files import read_events
 
     rows = reference_attribution(read_events(ch7_dir), AttributionConfig())
-    assert [(r.goal_event_id, r.impression_id, r.trail) for r in rows] == [
-        ("g-signup", 123, ("http://xyz.com/",)),
+    assert [(r.goal_event_id, r.impression_id, r.trail, r.model) for r in rows] == [
+        ("g-signup", 123, ("http://xyz.com/",), "last_touch"),
         ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
-                            "http://xyz.com/thing/purchase")),
+                            "http://xyz.com/thing/purchase"), "last_touch"),
     ]
 
 
@@ -238,7 +288,9 @@ def test_larger_random_users_match_the_brute_force_reference(seed, trail_search,
     # from a walk over reachable visits otherwise: both must give the reference's rows.
     monkeypatch.setattr(paths, "SCAN_LIMIT", paths.SCAN_LIMIT if trail_search == "scan" else -1)
     events = larger_event_set(seed)
-    config = AttributionConfig(lookback_ms=60, dedup_window_ms=25)
-    rows = attribute_batch(events, config)
-    assert rows == reference_attribution(events, config)
-    assert sum(not r.organic for r in rows) >= 5, "the input should credit some goals"
+    for models in (("last_touch",), MODELS):
+        config = AttributionConfig(lookback_ms=60, dedup_window_ms=25, models=models,
+                                   half_life_ms=20)
+        rows = attribute_batch(events, config)
+        assert_same_rows(rows, reference_attribution(events, config))
+        assert sum(not r.organic for r in rows) >= 5 * len(models), "the input should credit goals"

@@ -377,7 +377,9 @@ def test_an_unreachable_goal_gives_an_organic_row():
     assert record == {"user_id": USER, "goal_event_id": "g1", "goal_url": "/g", "goal_ts": 5,
                       "impression_id": None, "impression_event_id": None,
                       "impression_source_url": None, "impression_target_url": None,
-                      "impression_ts": None, "trail": [], "model": "last_touch", "credit": 0.0}
+                      "impression_ts": None, "trail": [], "model": "last_touch", "credit": 0.0,
+                      "impression_campaign": None, "goal_value": None, "credited_value": None,
+                      "sign": 1, "revision": 0, "emit_timing": "ON_TIME"}
     assert rows["g2"].organic and rows["g2"].trail == ()
 
 

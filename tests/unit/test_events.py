@@ -71,8 +71,21 @@ def test_optional_fields_may_be_absent_or_null():
     assert parse_event(_with(VISIT, is_goal=True)).is_goal is True
 
 
+def test_campaign_and_value_are_optional_and_belong_to_their_event_type():
+    assert parse_event(_with(IMPRESSION, campaign="spring")).campaign == "spring"
+    assert parse_event(_with(IMPRESSION, campaign=None)).campaign is None
+    assert parse_event(_with(VISIT, is_goal=True, value=12.5)).value == 12.5
+    assert parse_event(_with(VISIT, value=3)).value == 3.0  # an integer is a number too
+    assert isinstance(parse_event(_with(VISIT, value=3)).value, float)
+    assert parse_event(_with(VISIT, value=-2.0)).value == -2.0  # a refund
+    # Like every type-specific field, they are ignored on the other event types.
+    assert parse_event(_with(VISIT, campaign="spring")).campaign is None
+    assert parse_event(_with(IMPRESSION, value=float("nan"))).value is None
+
+
 def test_to_record_follows_the_schema_and_parses_back_to_the_same_event():
-    for raw in (VISIT, IMPRESSION, HEARTBEAT):
+    for raw in (VISIT, IMPRESSION, HEARTBEAT, _with(VISIT, is_goal=True, value=9.5),
+                _with(IMPRESSION, campaign="spring")):
         e = parse_event(raw)
         record = e.to_record()
         assert tuple(record) == EVENT_FIELDS
@@ -119,6 +132,13 @@ def test_missing_fields_are_named(record, reason):
     (_with(VISIT, ts=True), "ts must be a timestamp, got bool"),
     (_with(VISIT, ts=[TS]), "ts must be a timestamp, got list"),
     (_with(VISIT, event_type=5), "unknown event_type '5'"),
+    (_with(IMPRESSION, campaign=7), "campaign must be a string, got int"),
+    (_with(VISIT, value="12"), "value must be a number, got str"),
+    (_with(VISIT, value=True), "value must be a number, got bool"),
+    (_with(VISIT, is_goal=True, value=float("nan")), "value must be a finite number, got nan"),
+    (_with(VISIT, is_goal=True, value=float("inf")), "value must be a finite number, got inf"),
+    (_with(VISIT, value=float("-inf")), "value must be a finite number, got -inf"),
+    (_with(VISIT, value=-10 ** 400), "value must be a finite number, got -inf"),
 ])
 def test_wrong_types_are_named(record, reason):
     assert validate(record) == reason
@@ -145,7 +165,7 @@ def test_an_unparseable_ts_reason_is_truncated():
 
 @pytest.mark.parametrize("field, record", [
     ("url", VISIT), ("referer", VISIT), ("event_id", VISIT), ("user_id", VISIT),
-    ("source_url", IMPRESSION), ("target_url", IMPRESSION),
+    ("source_url", IMPRESSION), ("target_url", IMPRESSION), ("campaign", IMPRESSION),
 ])
 def test_over_long_strings_are_rejected(field, record):
     assert validate(_with(record, **{field: "x" * MAX_STRING_LENGTH})) is None

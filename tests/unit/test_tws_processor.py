@@ -27,7 +27,8 @@ def _row(e) -> Row:
     values = {"event_id": e.event_id, "user_id": e.user_id, "event_type": e.event_type,
               "ts": ms_to_datetime(e.ts), "ts_ms": e.ts, "url": e.url, "referer": e.referer,
               "is_goal": e.is_goal if e.is_visit else None, "impression_id": e.impression_id,
-              "source_url": e.source_url, "target_url": e.target_url}
+              "source_url": e.source_url, "target_url": e.target_url, "campaign": e.campaign,
+              "value": e.value}
     return Row(**{c: values[c] for c in INPUT_COLUMNS})
 
 
@@ -93,6 +94,46 @@ def test_timer_garbage_collects_an_idle_user(ch7_dir):
     tester.setWatermark(_ms("12:13:00") + 1)
     assert tester.peekListState("visits", "UserX") == []
     assert tester.peekValueState("wakeup", "UserX") is None
+
+
+def test_other_models_campaigns_and_values_are_declared_and_survive_calls():
+    """Consumption by models other than last_touch lands in ``consumed`` (last_touch's stays in
+    ``spent``), campaigns and goal values in lists of their own; a later goal sees them."""
+    from attribution.config import MODELS
+    from attribution.events import Event
+    from attribution.oracle import attribute_batch
+
+    search = "http://search.example/"
+    first = [Event("i1", "u", "impression", 1_000, impression_id=1, source_url=search,
+                   target_url="/a", campaign="spring"),
+             Event("va", "u", "visit", 2_000, url="/a", referer=search),
+             Event("i2", "u", "impression", 3_000, impression_id=2, source_url=search + "2",
+                   target_url="/b"),
+             Event("vb", "u", "visit", 4_000, url="/b", referer=search + "2"),
+             Event("c1", "u", "visit", 5_000, url="/cart", referer="/a"),
+             Event("c2", "u", "visit", 6_000, url="/cart", referer="/b"),
+             Event("g1", "u", "visit", 7_000, url="/buy", referer="/cart", is_goal=True,
+                   value=40.0)]
+    second = [Event("g2", "u", "visit", 9_000, url="/thanks", referer="/cart", is_goal=True)]
+    config = AttributionConfig(models=MODELS)
+    tester = _tester(config)
+    assert tester.test("u", [_row(e) for e in first]) == []
+    assert tester.peekListState("campaigns", "u") == [("i1", "spring")]
+    assert tester.peekListState("goal_values", "u") == [("g1", 40.0)]
+    fired = tester.setWatermark(8_000)
+    assert {s[0] for s in tester.peekListState("spent", "u")} == {"g1", "i2"}  # last_touch's
+    consumed = {}
+    for event_id, bits in tester.peekListState("consumed", "u"):
+        consumed[event_id] = consumed.get(event_id, 0) | bits
+    assert consumed == {"i1": 0b11110, "i2": 0b11101}
+    assert tester.test("u", [_row(e) for e in second]) == []
+    fired += tester.setWatermark(10_000)
+    rows = sorted((r.goal_event_id, r.model, r.impression_event_id, r.impression_campaign,
+                   r.goal_value, r.credited_value) for r in fired)
+    expected = attribute_batch(first + second, config)
+    assert rows == sorted((r.goal_event_id, r.model, r.impression_event_id, r.impression_campaign,
+                           r.goal_value, r.credited_value) for r in expected)
+    assert ("g1", "linear", "i1", "spring", 40.0, 20.0) in rows
 
 
 def test_a_superseded_click_id_is_remembered_across_calls():
