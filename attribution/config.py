@@ -22,6 +22,7 @@ DEFAULT_LOOKBACK = "90 days"
 DEFAULT_DEDUP_WINDOW = "1 day"
 DEFAULT_WATERMARK_DELAY = "10 minutes"
 DEFAULT_HALF_LIFE = "7 days"
+DEFAULT_ALLOWED_LATENESS = "0"
 
 # The attribution models (spec section 6). The order is fixed for good: it is the order of a
 # goal's rows, and a model's position is its bit in the consumption marks of stored state
@@ -67,16 +68,21 @@ def parse_models(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    """The parameters of the attribution rules (spec sections 2, 3 and 6).
+    """The parameters of the attribution rules (spec sections 2, 3, 6 and 8).
 
     ``models`` may be given in any order and as a comma-separated string; it is kept in
     ``MODELS`` order. ``half_life_ms`` is the half-life of ``time_decay``'s weights.
+    ``allowed_lateness_ms`` (L) and ``early_results`` make the output a changelog (section 8):
+    records up to L behind the watermark are still used and the rows they change are revised;
+    early results emit a goal's rows before the watermark reaches it, and revise them.
     """
 
     lookback_ms: int = parse_duration_ms(DEFAULT_LOOKBACK)
     dedup_window_ms: int = parse_duration_ms(DEFAULT_DEDUP_WINDOW)
     models: tuple[str, ...] = DEFAULT_MODELS
     half_life_ms: int = parse_duration_ms(DEFAULT_HALF_LIFE)
+    allowed_lateness_ms: int = parse_duration_ms(DEFAULT_ALLOWED_LATENESS)
+    early_results: bool = False
 
     def __post_init__(self) -> None:
         if self.lookback_ms < 0:
@@ -87,7 +93,16 @@ class AttributionConfig:
                 or self.half_life_ms <= 0:
             raise ValueError(f"half-life must be a positive number of milliseconds, got "
                              f"{self.half_life_ms!r}")
+        if isinstance(self.allowed_lateness_ms, bool) or not isinstance(
+                self.allowed_lateness_ms, int) or self.allowed_lateness_ms < 0:
+            raise ValueError(f"allowed lateness must be a non-negative number of milliseconds, "
+                             f"got {self.allowed_lateness_ms!r}")
         object.__setattr__(self, "models", parse_models(self.models))
+
+    @property
+    def revising(self) -> bool:
+        """True when rows may be revised (section 8): allowed lateness or early results."""
+        return self.allowed_lateness_ms > 0 or self.early_results
 
     @classmethod
     def from_strings(cls, lookback: str = DEFAULT_LOOKBACK,

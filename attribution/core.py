@@ -26,6 +26,7 @@ from .config import LAST_TOUCH, AttributionConfig, model_bit
 from .events import Event
 from .models import credits
 from .paths import Impression, ReferrerIndex, Visit
+from .revisions import Emitted, emit_timing, revise
 from .schema import OUTPUT_DEFAULTS
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
@@ -74,11 +75,14 @@ class Attribution(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class AddResult:
-    """What ``add`` did with a batch: stored, dropped as redelivered copies, dropped as late."""
+    """What ``add`` did with a batch: stored, dropped as redelivered copies, dropped as too late
+    (``late``); and how many records behind the watermark were within the allowed lateness
+    (``late_accepted``: used like any record, so some may be copies)."""
 
     accepted: int = 0
     duplicates: int = 0
     late: int = 0
+    late_accepted: int = 0
 
 
 class UserAttribution:
@@ -97,26 +101,36 @@ class UserAttribution:
         self.superseded: dict[str, int] = {}
         # The highest watermark this user has been advanced to; events at or below it are late.
         self.watermark: Optional[int] = None
+        # With revisions (section 8): what was emitted for each goal not yet final, per model.
+        self.open_goals: dict[str, dict[str, Emitted]] = {}
 
     # -- events in ------------------------------------------------------------------------------
     def add(self, events: Iterable[Event], watermark: Optional[int] = None) -> AddResult:
         """Buffer a batch of this user's events.
 
-        Events with ``ts <= watermark`` (or at or below a watermark this state already fired at)
-        are late: counted and dropped, never used. Heartbeats are ignored. A record whose
-        ``event_id`` is already held is a redelivery: the first copy counts (rule 1). An
-        impression that is not the canonical member of its logical impression is dropped too,
-        and counted with the duplicates (rule 3).
+        :param events: the user's records, in arrival order.
+        :param watermark: the watermark in force when they arrived (``W[k-1]``); by default the
+            last one this state fired at. It becomes this state's watermark if it is higher.
+
+        Events with ``ts <= W`` are late. Without allowed lateness they are counted and dropped,
+        never used; with allowed lateness ``L`` only those with ``ts <= W - L`` are, and the
+        others are used like any record (``fire`` revises the rows they change). Heartbeats are
+        ignored. A record whose ``event_id`` is already held is a redelivery: the first copy
+        counts (rule 1). An impression that is not the canonical member of its logical
+        impression is dropped too, and counted with the duplicates (rule 3).
         """
-        limit = self._max_watermark(watermark)
-        accepted = duplicates = late = 0
+        limit = self.watermark = self._max_watermark(watermark)
+        drop_limit = None if limit is None else limit - self.config.allowed_lateness_ms
+        accepted = duplicates = late = late_accepted = 0
         impression_ids = self._impression_event_ids
         for e in events:
             if e.event_type == "heartbeat":
                 continue
-            if limit is not None and e.ts <= limit:
+            if drop_limit is not None and e.ts <= drop_limit:
                 late += 1
                 continue
+            if limit is not None and e.ts <= limit:
+                late_accepted += 1
             if (e.event_id in self.visits or e.event_id in impression_ids
                     or e.event_id in self.superseded):
                 duplicates += 1
@@ -132,7 +146,7 @@ class UserAttribution:
                 accepted += 1
             else:
                 duplicates += 1
-        return AddResult(accepted, duplicates, late)
+        return AddResult(accepted, duplicates, late, late_accepted)
 
     def _add_impression(self, e: Event, impression_ids: set) -> bool:
         """Keep ``e`` if it becomes its logical impression's canonical member (rule 3)."""
@@ -161,8 +175,15 @@ class UserAttribution:
 
     def fire(self, watermark: int) -> list[Attribution]:
         """Attribute every pending goal with ``ts <= watermark`` in ``(ts, event_id)`` order
-        (rule 7): per goal, the rows of every configured model, in ``config.MODELS`` order."""
+        (rule 7): per goal, the rows of every configured model, in ``config.MODELS`` order.
+
+        With allowed lateness or early results the rows are a changelog (section 8): see
+        ``_revise``.
+        """
+        previous = self.watermark
         self.watermark = self._max_watermark(watermark)
+        if self.config.revising:
+            return self._revise(previous, self.watermark)
         due = sorted((g for g in self.pending_goals.values() if g.ts <= watermark),
                      key=lambda g: (g.ts, g.event_id))
         if not due:
@@ -173,6 +194,60 @@ class UserAttribution:
             goal.pending = False
             del self.pending_goals[goal.event_id]
         return rows
+
+    def _revise(self, previous: Optional[int], watermark: int) -> list[Attribution]:
+        """Section 8: recompute every goal of the table that is not final, in goal order, from
+        the consumption final goals left, and emit what changed.
+
+        The table's goals are the due ones (``ts <= watermark``), or every goal with early
+        results. A goal is final once ``ts <= watermark - L``: no record that can still be
+        accepted can change it, so what was emitted for it is forgotten and what it consumed
+        stays consumed for good.
+        """
+        config = self.config
+        goals = {g.event_id: g for g in self.pending_goals.values()
+                 if config.early_results or g.ts <= watermark}
+        for event_id in self.open_goals:
+            goal = goals[event_id] = self.visits[event_id]
+            goal.pending = True  # awaits attribution again (the candidate sweep asks for it)
+        if not goals:
+            return []
+        # What goals not final consumed is given back, then taken again in goal order. A
+        # logical impression is found by its group, which a late canonical member keeps.
+        window = config.dedup_window_ms
+        for by_model in self.open_goals.values():
+            for model, emitted in by_model.items():
+                bit = model_bit(model)
+                for r in emitted.rows:
+                    if r.impression_event_id is not None:
+                        held = self.impressions.get((r.impression_source_url,
+                                                     r.impression_target_url,
+                                                     r.impression_ts // window))
+                        if held is not None:
+                            held.consumed &= ~bit
+        ordered = sorted(goals.values(), key=lambda g: (g.ts, g.event_id))
+        computed: dict[tuple[str, str], list[Attribution]] = {}
+        index = ReferrerIndex(self.visits.values(), self.impressions.values())
+        for row in self._attribute(index, ordered):
+            computed.setdefault((row.goal_event_id, row.model), []).append(row)
+        out: list[Attribution] = []
+        final = watermark - config.allowed_lateness_ms
+        for goal in ordered:
+            timing = emit_timing(goal.ts, previous, watermark)
+            before = self.open_goals.get(goal.event_id, {})
+            now: dict[str, Emitted] = {}
+            for model in config.models:
+                entries, now[model] = revise(before.get(model),
+                                             computed[(goal.event_id, model)], timing)
+                out.extend(entries)
+            if goal.ts <= watermark:
+                goal.pending = False
+                self.pending_goals.pop(goal.event_id, None)
+            if goal.ts <= final:
+                self.open_goals.pop(goal.event_id, None)
+            else:
+                self.open_goals[goal.event_id] = now
+        return out
 
     def _attribute(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
         """The rows of the ``due`` goals under every configured model: a goal's candidate set is
@@ -216,12 +291,14 @@ class UserAttribution:
     def gc(self, watermark: int) -> int:
         """Drop what no future goal can use (spec section 3); return how many items were dropped.
 
-        Visits go once ``ts < W - lookback``; impressions once their dedup bucket ends at or
-        before ``W - lookback``. Pending goals are never dropped: call ``fire`` first.
+        Visits go once ``ts < W - L - lookback``; impressions once their dedup bucket ends at or
+        before ``W - L - lookback`` (``L``, the allowed lateness, keeps everything a record
+        still acceptable may need). Pending goals are never dropped: call ``fire`` first.
         """
-        horizon = watermark - self.config.lookback_ms
+        horizon = watermark - self.config.allowed_lateness_ms - self.config.lookback_ms
         window = self.config.dedup_window_ms
-        stale_visits = [k for k, v in self.visits.items() if v.ts < horizon and not v.pending]
+        stale_visits = [k for k, v in self.visits.items() if v.ts < horizon and not v.pending
+                        and k not in self.open_goals]
         for k in stale_visits:
             del self.visits[k]
         stale_impressions = [g for g in self.impressions if (g[2] + 1) * window <= horizon]
@@ -239,7 +316,8 @@ class UserAttribution:
         Backends set a timer here so an idle user's state is dropped, not kept forever.
         """
         window = self.config.dedup_window_ms
-        ends = [(g[2] + 1) * window + self.config.lookback_ms for g in self.impressions]
+        keep = self.config.lookback_ms + self.config.allowed_lateness_ms
+        ends = [(g[2] + 1) * window + keep for g in self.impressions]
         if self.visits:
             ends.append(self.earliest_expiry(max(v.ts for v in self.visits.values()), self.config))
         return max(ends) if ends else None
@@ -250,12 +328,17 @@ class UserAttribution:
         any state holding an event at ``max_ts`` (an impression lives to its bucket's end): a
         backend can schedule a wake-up for events it has not decoded yet, knowing only their
         times."""
-        return max_ts + config.lookback_ms + 1
+        return max_ts + config.lookback_ms + config.allowed_lateness_ms + 1
 
     def next_wakeup(self) -> Optional[int]:
-        """When this user next needs the engine: its next goal, else the time its state expires."""
+        """When this user next needs the engine: its next goal, else (with revisions) the time
+        its earliest open goal becomes final, else the time its state expires."""
         goal = self.next_timer()
-        return goal if goal is not None else self.expires_at()
+        if goal is not None:
+            return goal
+        if self.open_goals:
+            return min(self.visits[g].ts for g in self.open_goals) + self.config.allowed_lateness_ms
+        return self.expires_at()
 
     def advance(self, watermark: int) -> list[Attribution]:
         """Fire, then garbage-collect, at ``watermark``: what a timer firing does."""
@@ -314,6 +397,9 @@ class UserAttribution:
               url(i.target_url, i.target_url), i.consumed, i.campaign and url(i.campaign, i.campaign))
              for i in self.impressions.values()],
             list(self.superseded.items()),
+            [(goal, [(model, e.revision, [tuple(r) for r in e.rows])
+                     for model, e in by_model.items()])
+             for goal, by_model in self.open_goals.items()],
         ), protocol=5)
 
     @classmethod
@@ -327,8 +413,9 @@ class UserAttribution:
         if version not in (3, STATE_VERSION):
             raise ValueError(f"attribution state version {version} is newer than this code "
                              f"understands (max {STATE_VERSION})")
-        user_id, watermark, visits, impressions, superseded = loads_builtins(
-            memoryview(blob)[1:])
+        parts = loads_builtins(memoryview(blob)[1:])
+        user_id, watermark, visits, impressions, superseded = parts[:5]
+        open_goals = parts[5] if len(parts) > 5 else ()
         if version == 3:  # no values or campaigns; "consumed" was last_touch's
             visits = [(*v, None) for v in visits]
             impressions = [(*i[:5], LAST_TOUCH if i[5] else 0, None) for i in impressions]
@@ -347,6 +434,10 @@ class UserAttribution:
                 event_id, impression_id, ts, source, target, consumed, campaign)
         state._impression_event_ids = {i[0] for i in impressions}
         state.superseded = dict(superseded)
+        for goal, by_model in open_goals:
+            state.open_goals[goal] = {
+                model: Emitted(revision, tuple(Attribution(*values) for values in rows))
+                for model, revision, rows in by_model}
         return state
 
     @classmethod
@@ -404,7 +495,10 @@ class UserAttribution:
 #        goal: 0 = plain visit, 1 = attributed, 2 = pending; value: a goal's value or None
 #    [(event_id, impression_id, ts, source_url, target_url, consumed, campaign)],
 #        canonical impressions; consumed: one bit per model that credited it (config.model_bit)
-#    [(event_id, dedup bucket)])             superseded click-spam ids (rule 1)
+#    [(event_id, dedup bucket)],             superseded click-spam ids (rule 1)
+#    [(goal event_id, [(model, revision, [row values in OUTPUT_FIELDS order])])])
+#        with revisions (section 8), what was last emitted for each goal not yet final; a
+#        blob without this element has none
 # Version 3 had neither values nor campaigns, and a boolean ``consumed``: it knew last_touch
 # alone, and reads as last_touch's consumption. Versions 1 and 2, Avro records of version 3's
 # fields, are read the same way; pickle replaced them because a streaming backend decodes and
