@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..config import AttributionConfig
 from ..core import WATERMARK_INFINITY, UserAttribution, loads_builtins
 from .frames import (
+    STATE_USERS_CHANGE,
     events_from_arrow,
     events_from_json_list,
     events_from_packed,
@@ -33,6 +34,7 @@ from .frames import (
     packed_by_user,
     rows_to_arrow,
     rows_to_frame,
+    users_change_frame,
 )
 
 STATE_DDL = "state string"
@@ -179,6 +181,11 @@ def decode_bucket(blob: bytes) -> dict:
     return loads_builtins(_CODEC.decompress(memoryview(blob)[1 + _SIZE.size:], size))
 
 
+def bucket_user_count(text: str) -> int:
+    """How many users a bucket's stored state (its state column's text) holds."""
+    return len(decode_bucket(state_blob(text))) if text else 0
+
+
 def make_bucket_state_function(config: AttributionConfig) -> Callable:
     """The function for ``groupBy(BUCKET_COLUMN).applyInPandasWithState(...)``.
 
@@ -197,12 +204,16 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
     arrival order. Deferring GC changes nothing either: it only drops what no goal at or after
     the watermark can use. Each user's rows and timing are those of the one-user-per-key
     function above.
+
+    Its output has one more column, ``STATE_USERS_CHANGE``: Spark counts the buckets it holds,
+    not the users, so a call whose bucket gained or lost users says so in a marker row.
     """
     earliest_expiry = UserAttribution.earliest_expiry
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         watermark = state.getCurrentWatermarkMs()
         users = decode_bucket(state_blob(state.get[0])) if state.exists else {}
+        users_before = len(users)
         rows = []
 
         def attribute(user_id: str, blob: bytes, inbox: str) -> None:
@@ -237,6 +248,10 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
         else:
             state.remove()
         if rows:
-            yield rows_to_frame(rows)
+            frame = rows_to_frame(rows)
+            frame[STATE_USERS_CHANGE] = None
+            yield frame
+        if len(users) != users_before:
+            yield users_change_frame(len(users) - users_before)
 
     return attribute_bucket
