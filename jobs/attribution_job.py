@@ -362,9 +362,9 @@ def main(argv=None) -> int:
             return report_failure(failure)
         except Exception as err:
             if stop.requested:  # e.g. SIGTERM sent to the whole process group: the JVM is gone
-                print(f"stopped by {stop.signal_name}, which stopped Spark too before the "
-                      "current micro-batch committed; rerun with the same --checkpoint to resume "
-                      "(it redoes that micro-batch)", file=sys.stderr)
+                print(f"stopped by {stop.signal_name}, which reached Spark too and ended it; "
+                      "rerun with the same --checkpoint to resume (a micro-batch it cut short is "
+                      "redone)", file=sys.stderr)
                 return int(stop.exit_code)
             explanation = unreadable_input(err)  # a file Spark cannot decode is the user's
             if explanation is None:

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
+
 from .apply_in_pandas import STATE_COLUMN_FORMAT
 from .pipeline import ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS, users_counted_by_change
 
@@ -134,6 +136,10 @@ def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: in
                 .load(checkpoint).count())
     from .apply_in_pandas import bucket_user_count
 
-    counts = F.udf(bucket_user_count, "long")(F.col("value.groupState.state"))
-    total = spark.read.format("statestore").load(checkpoint).select(F.sum(counts)).first()[0]
+    @F.pandas_udf("long")
+    def users(states: pd.Series) -> pd.Series:
+        return states.map(bucket_user_count)
+
+    states = spark.read.format("statestore").load(checkpoint)
+    total = states.select(F.sum(users("value.groupState.state"))).first()[0]
     return int(total or 0)
