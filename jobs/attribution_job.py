@@ -145,7 +145,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "forward and make every later event late (default: %(default)s)")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
-    parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no start-up or per-batch progress lines")
     args = parser.parse_args(argv)
     try:
         args.watermark_delay_ms = parse_duration_ms(args.watermark_delay)

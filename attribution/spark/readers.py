@@ -20,8 +20,16 @@ def event_struct():
 # Only files with the format's extension are input: a README or a _SUCCESS marker next to the
 # data must not turn into all-null rows.
 FILE_EXTENSIONS = {"json": (".json", ".jsonl"), "parquet": (".parquet",)}
-FILE_GLOBS = {fmt: "*" + exts[0] if len(exts) == 1 else "*.{%s}" % ",".join(e[1:] for e in exts)
-              for fmt, exts in FILE_EXTENSIONS.items()}
+
+
+def _glob(extensions: tuple) -> str:
+    """Hadoop's glob of file names ending in one of ``extensions``: ``*.{json,jsonl}``."""
+    if len(extensions) == 1:
+        return "*" + extensions[0]
+    return "*.{" + ",".join(e.lstrip(".") for e in extensions) + "}"
+
+
+FILE_GLOBS = {fmt: _glob(extensions) for fmt, extensions in FILE_EXTENSIONS.items()}
 
 
 def format_mismatch(events_dir: str, fmt: str) -> Optional[str]:
@@ -37,7 +45,7 @@ def format_mismatch(events_dir: str, fmt: str) -> Optional[str]:
     if "://" in events_dir:
         return None
     found = {other: 0 for other in FILE_EXTENSIONS}
-    for root, dirs, files in os.walk(events_dir):
+    for _, dirs, files in os.walk(events_dir):
         dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
         for name in files:
             if name.startswith(("_", ".")):
