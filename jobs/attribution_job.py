@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 if __package__ in (None, ""):  # run as a script: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +34,7 @@ from attribution.config import (
     parse_models,
 )
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
-from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout
+from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout, state_users_at_start
 from attribution.spark.pipeline import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -46,6 +47,7 @@ from attribution.spark.pipeline import (
     attribution_stream,
     metric_name,
     output_metrics,
+    users_counted_by_change,
 )
 from attribution.spark.validation import (
     DEFAULT_MAX_FUTURE_SKEW,
@@ -59,8 +61,20 @@ from attribution.spark.validation import (
     unreadable_input,
     valid_events,
 )
+from commandline.exits import ExitCode, Failure, exit_codes_help, report_failure
+from commandline.paths import check_writable_dir
+from commandline.signals import StopRequests
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import add_stream_options, build_spark_session, ship_packages
+from jobs.runtime import (
+    add_stream_options,
+    check_input,
+    check_sink_directory,
+    default_log_file,
+    ship_packages,
+    start_spark,
+    stop_after_current_batch,
+    unexpected_failure,
+)
 
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
@@ -92,8 +106,13 @@ examples:
   python jobs/attribution_job.py --events DIR --models all --half-life '1 day'
 
 Restarting with the same --checkpoint resumes exactly where the job stopped; the file sink's
-metadata log guarantees each row is written once.
-"""
+metadata log guarantees each row is written once. A checkpoint records its input directory,
+format and state layout, and refuses a run with others. Ctrl-C (SIGINT) or SIGTERM stops the
+job after the current micro-batch, with the final report; a second one stops it at once.
+Spark's own log goes to --log-file; the terminal shows progress, the report and, on failure,
+one error line.
+
+""" + exit_codes_help()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -147,7 +166,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "outputs judge a record alike (default: %(default)s)")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
-    parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no start-up or per-batch progress lines")
     args = parser.parse_args(argv)
     try:
         models = parse_models(args.models)
@@ -172,7 +192,48 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--max-files-per-trigger must be >= 1")
     if args.dead_letter is None:
         args.dead_letter = args.output.rstrip("/") + "-dead-letter"
+    if args.log_file is None:
+        args.log_file = default_log_file("attribution")
     return args
+
+
+def dead_letter_checkpoint(args) -> str:
+    """The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
+    resumes both."""
+    return args.checkpoint.rstrip("/") + "/dead-letter"
+
+
+def pin_checkpoint(args) -> None:
+    """Check the checkpoint's record of input and state layout (``pin_state_layout``), and
+    set ``args.bucket_keys``. Idempotent: ``main`` calls it before Spark starts, ``run`` for
+    callers that skip ``main``."""
+    args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
+                                        args.tws_state, args.config, events=args.events,
+                                        input_format=args.format)
+
+
+def preflight(args) -> None:
+    """Every check that needs no Spark, made before Spark starts: the input can be read in the
+    chosen format, the output, dead-letter and checkpoint directories can be written (and
+    belong to this query), and the checkpoint was started with this input and state layout.
+
+    :raises Failure: with the exit code of the kind of problem.
+    """
+    check_input(args.events, args.format)
+    if args.report_json:
+        check_writable_dir(str(Path(args.report_json).parent), "--report-json's directory",
+                           ExitCode.OUTPUT)
+    if args.mode == "batch":  # batch mode overwrites its outputs and keeps no checkpoint
+        check_writable_dir(args.output, "--output", ExitCode.OUTPUT)
+        check_writable_dir(args.dead_letter, "--dead-letter", ExitCode.OUTPUT)
+        return
+    check_writable_dir(args.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
+    check_sink_directory(args.output, "--output", args.checkpoint)
+    check_sink_directory(args.dead_letter, "--dead-letter", dead_letter_checkpoint(args))
+    try:
+        pin_checkpoint(args)
+    except CheckpointMismatch as err:
+        raise Failure(ExitCode.CHECKPOINT, str(err)) from None
 
 
 class AttributionProgress(BatchProgress):
@@ -209,10 +270,12 @@ class AttributionProgress(BatchProgress):
         return report
 
 
-def run_stream(spark, args) -> RunReport:
-    """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
-    args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
-                                        args.tws_state, args.config)
+def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
+    """Run the streaming job until the trigger finishes (available-now) or ``stop`` is
+    requested, and then stop it after the current micro-batch."""
+    pin_checkpoint(args)
+    layout = (args.backend, args.state_buckets, args.tws_state)
+    users_at_start = state_users_at_start(spark, args.checkpoint, *layout)
     # Validation splits the input before withWatermark: invalid rows never move event time.
     def classified_input(max_files_per_trigger):
         return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),
@@ -227,30 +290,31 @@ def run_stream(spark, args) -> RunReport:
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))
     query = apply_trigger(writer, args.trigger).start()
-    # The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
-    # resumes both.
-    # It has no watermark to step, so it takes whatever files are new in one micro-batch:
-    # --max-files-per-trigger would only multiply its per-batch cost.
+    # The dead-letter query has no watermark to step, so it takes whatever files are new in one
+    # micro-batch: --max-files-per-trigger would only multiply its per-batch cost.
     dead_letter_query = start_dead_letter_stream(
-        classified_input(None), args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter",
-        args.trigger)
-    progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet)
+        classified_input(None), args.dead_letter, dead_letter_checkpoint(args), args.trigger)
+    progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet,
+                                   users_at_start=users_at_start,
+                                   users_by_change=users_counted_by_change(*layout))
     try:
         while not query.awaitTermination(1):
             progress.consume(query.recentProgress)
+            if stop is not None and stop.requested:
+                for running in (query, dead_letter_query):
+                    stop_after_current_batch(running)
+                break
             if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
                 query.stop()  # surface the dead-letter failure instead of running without it
                 raise dead_letter_query.exception()
         dead_letter_query.awaitTermination()
-    except KeyboardInterrupt:
-        print("stopping: interrupted; restart with the same --checkpoint to resume",
-              file=sys.stderr)
     finally:
         for running in (query, dead_letter_query):  # one failed: do not leave the other behind
             if running.isActive:
                 running.stop()
     progress.consume(query.recentProgress)
-    report = progress.report(mode="stream", backend=args.backend, output=args.output)
+    report = progress.report(mode="stream", backend=args.backend, output=args.output,
+                             stopped_by=stop.signal_name if stop is not None else None)
     report.extra["dead letter"] = args.dead_letter
     return report
 
@@ -287,14 +351,13 @@ def run_batch(spark, args) -> RunReport:
                      extra={"invalid": rejected.get["rows"], "dead letter": args.dead_letter})
 
 
-def run(spark, args) -> RunReport:
-    return run_batch(spark, args) if args.mode == "batch" else run_stream(spark, args)
+def run(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
+    """Run the job on ``spark`` as ``args`` say; a stream stops early once ``stop`` is
+    requested (a batch run finishes)."""
+    return run_batch(spark, args) if args.mode == "batch" else run_stream(spark, args, stop)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    spark = build_spark_session("attribution", master=args.master,
-                                shuffle_partitions=args.shuffle_partitions)
+def _ship_packages(spark) -> None:
     packages = ship_packages(spark)
     if packages is not None:
         # transformWithState starts one Python worker on the driver (Spark's "pre-init" runner),
@@ -305,21 +368,49 @@ def main(argv=None) -> int:
         environment = spark.sparkContext.environment
         environment["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(packages), environment.get("PYTHONPATH")) if p)
-    try:
-        report = run(spark, args)
-    except CheckpointMismatch as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # only a file Spark cannot decode is a user error; others propagate
-        explanation = unreadable_input(err)
-        if explanation is None:
-            raise
-        print(f"error: {explanation}", file=sys.stderr)
-        return 3
-    print(report.render())
+
+
+def main(argv=None) -> int:
+    """Run the job; returns its exit code (``commandline.exits.ExitCode``).
+
+    Whatever goes wrong ends with one ``error:`` line on stderr: the checks of ``preflight``
+    before Spark starts, a file Spark cannot decode, and anything unforeseen (its traceback goes
+    to the log file the line names).
+    """
+    args = parse_args(argv)
+    with StopRequests(announce="stopping after the current micro-batch") as stop:
+        log_file = report = None
+        try:
+            preflight(args)
+            spark, log_file = start_spark("attribution", args.master, args.shuffle_partitions,
+                                          args.log_file, args.quiet, stop)
+            if not stop.requested:
+                _ship_packages(spark)
+                report = run(spark, args, stop)
+        except Failure as failure:
+            return report_failure(failure)
+        except Exception as err:
+            if stop.requested:  # e.g. SIGTERM sent to the whole process group: the JVM is gone
+                print(f"stopped by {stop.signal_name}, which reached Spark too and ended it; "
+                      "rerun with the same --checkpoint to resume (a micro-batch it cut short is "
+                      "redone)", file=sys.stderr)
+                return int(stop.exit_code)
+            explanation = unreadable_input(err)  # a file Spark cannot decode is the user's
+            if explanation is None:
+                return report_failure(unexpected_failure(err, log_file or args.log_file))
+            where = f" Spark's log: {log_file}." if log_file else ""
+            return report_failure(Failure(ExitCode.INPUT, explanation + where))
+    if report is None:  # the signal came while Spark was starting
+        print(f"stopped by {stop.signal_name} before the first micro-batch; nothing was written",
+              file=sys.stderr)
+        return int(stop.exit_code)
+    print(report.render(), flush=True)
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
-    return 0
+    if stop.requested:
+        print(f"stopped by {stop.signal_name}; rerun with the same --checkpoint to resume",
+              file=sys.stderr)
+    return int(stop.exit_code)
 
 
 if __name__ == "__main__":

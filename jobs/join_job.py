@@ -34,7 +34,17 @@ from attribution.spark.validation import (
     start_dead_letter_stream,
     valid_events,
 )
-from jobs.runtime import add_stream_options, build_spark_session
+from commandline.exits import ExitCode, Failure, exit_codes_help, report_failure
+from commandline.paths import check_writable_dir
+from commandline.signals import StopRequests
+from jobs.runtime import (
+    add_stream_options,
+    check_input,
+    check_sink_directory,
+    default_log_file,
+    start_spark,
+    unexpected_failure,
+)
 from joins import (
     JOIN_TYPES,
     JoinSide,
@@ -190,7 +200,7 @@ def _duration(text: str) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="join_job.py", description=DESCRIPTION,
-        epilog="\n".join((EXAMPLES, schema_help(), METRICS_HELP)),
+        epilog="\n".join((EXAMPLES, schema_help(), METRICS_HELP, exit_codes_help())),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_stream_options(parser, default_output="out/clicks", default_checkpoint="out/checkpoints/clicks")
     parser.add_argument("--strategy", choices=STRATEGY_CHOICES, default="state-value",
@@ -539,17 +549,31 @@ def write_metrics(follow: ClickJoinRun, args) -> None:
 
 
 def main(argv=None) -> int:
+    """Run the join; returns its exit code (``commandline.exits.ExitCode``): one ``error:`` line
+    for a failure, Spark's log in --log-file, SIGINT/SIGTERM stop the query and report."""
     args = parse_args(argv)
-    spark = build_spark_session("click-join", master=args.master,
-                                shuffle_partitions=args.shuffle_partitions)
-    try:
-        follow = run(spark, args)
-    except JoinSpecError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    log_file = args.log_file or default_log_file("click-join")
+    with StopRequests(interrupt=True) as stop:  # run() stops the query on KeyboardInterrupt
+        started_log = None
+        try:
+            check_input(args.events, args.format)
+            check_writable_dir(args.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
+            check_sink_directory(args.output, "--output", args.checkpoint)
+            spark, started_log = start_spark("click-join", args.master, args.shuffle_partitions,
+                                             log_file, args.quiet, stop)
+            follow = run(spark, args)
+        except JoinSpecError as err:
+            return report_failure(Failure(ExitCode.USAGE, str(err)))
+        except Failure as failure:
+            return report_failure(failure)
+        except KeyboardInterrupt:  # the signal came outside run()'s loop
+            print(f"stopped by {stop.signal_name}", file=sys.stderr)
+            return int(stop.exit_code)
+        except Exception as err:
+            return report_failure(unexpected_failure(err, started_log or log_file))
     print(follow.report(args))
     write_metrics(follow, args)
-    return 0
+    return int(stop.exit_code)
 
 
 if __name__ == "__main__":

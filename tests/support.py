@@ -9,14 +9,18 @@
 * ``assert_same_rows``: rows equal, credits and credited values within rounding;
 * ``larger_event_set``: a few hundred random events of one user;
 * ``multi_touch_events``: generated event files with several ads upstream of many goals, and
-  campaigns and values.
+  campaigns and values;
+* ``command_environment``, ``obey_file_permissions``, ``assert_no_traceback``,
+  ``error_line``: running a command as a user would, and reading its stderr.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
 import random
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -314,3 +318,42 @@ def write_batch_output(out: Path, records: list[dict], success: bool = True) -> 
     if success:
         (out / "_SUCCESS").write_text("")
     return part
+# -- commands as a user runs them ------------------------------------------------------------------
+
+# What a Python or a Java stack trace prints; none of it may reach a user's terminal.
+TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat java.",
+                     "Exception in thread", "py4j.protocol", "Py4JJavaError")
+
+
+def command_environment() -> dict:
+    """The environment for a command run as a subprocess: this interpreter for Spark's Python."""
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def obey_file_permissions() -> None:
+    """``preexec_fn`` for a subprocess that must obey file permissions even as root (which tests
+    often run as): drops the capabilities that override them (CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH) from its bounding set, so the command it executes never has them."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def assert_no_traceback(text: str) -> None:
+    """Fail if ``text`` holds any part of a Python or Java stack trace."""
+    found = [marker for marker in TRACEBACK_MARKERS if marker in text]
+    assert not found, f"a traceback reached the terminal ({found}):\n{text[-3000:]}"
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error:`` line a failed command must end its stderr with, after checking that
+    it is the last line, the only one, and that no traceback came before it."""
+    assert_no_traceback(stderr)
+    lines = stderr.rstrip("\n").splitlines()
+    assert lines, "nothing on stderr"
+    assert lines[-1].startswith("error: "), f"stderr does not end with an error line:\n{stderr}"
+    assert sum(line.startswith("error: ") for line in lines) == 1, stderr
+    return lines[-1]

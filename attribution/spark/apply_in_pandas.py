@@ -27,6 +27,7 @@ from ..config import AttributionConfig
 from ..core import WATERMARK_INFINITY, UserAttribution, loads_builtins
 from .bucket_scheduler import BucketScheduler
 from .frames import (
+    STATE_USERS_CHANGE,
     events_from_arrow,
     events_from_json_list,
     events_from_packed,
@@ -34,6 +35,7 @@ from .frames import (
     packed_by_user,
     rows_to_arrow,
     rows_to_frame,
+    users_change_frame,
 )
 
 STATE_DDL = "state string"
@@ -180,6 +182,11 @@ def decode_bucket(blob: bytes) -> dict:
     return loads_builtins(_CODEC.decompress(memoryview(blob)[1 + _SIZE.size:], size))
 
 
+def bucket_user_count(text: str) -> int:
+    """How many users a bucket's stored state (its state column's text) holds."""
+    return len(decode_bucket(state_blob(text))) if text else 0
+
+
 def make_bucket_state_function(config: AttributionConfig) -> Callable:
     """The function for ``groupBy(BUCKET_COLUMN).applyInPandasWithState(...)``.
 
@@ -188,12 +195,16 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
     serves every user of the bucket; ``BucketScheduler`` decides which of them the core must see
     (see ``bucket_scheduler``), and the bucket's timeout is its users' earliest wake-up. Each
     user's rows and timing are those of the one-user-per-key function above.
+
+    Its output has one more column, ``STATE_USERS_CHANGE``: Spark counts the buckets it holds,
+    not the users, so a call whose bucket gained or lost users says so in a marker row.
     """
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         watermark = state.getCurrentWatermarkMs()
         bucket = BucketScheduler(config, events_from_json_list,
                                  decode_bucket(state_blob(state.get[0])) if state.exists else {})
+        users_before = len(bucket)
         for user_id, batch in packed_by_user(frames).items():
             bucket.receive(user_id, batch.packed, batch.max_ts_ms, batch.min_goal_ms)
         rows = bucket.advance(watermark)
@@ -203,6 +214,10 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
         else:
             state.remove()
         if rows:
-            yield rows_to_frame(rows)
+            frame = rows_to_frame(rows)
+            frame[STATE_USERS_CHANGE] = None
+            yield frame
+        if len(bucket) != users_before:
+            yield users_change_frame(len(bucket) - users_before)
 
     return attribute_bucket

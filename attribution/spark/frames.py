@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core import Attribution
 from ..events import Event, ms_to_datetime
-from ..schema import OUTPUT_SCHEMA, field_kinds
+from ..schema import OUTPUT_FIELDS, OUTPUT_SCHEMA, field_kinds
 
 # The columns the stateful operators read, in this order (``ts`` stays for Spark's watermark).
 INPUT_COLUMNS = ("event_id", "user_id", "event_type", "ts", "ts_ms", "url", "referer", "is_goal",
@@ -129,6 +129,21 @@ def _output_column(kind: str, values: tuple):
     return column
 
 
+# The stateful operators whose Spark row count is not a user count (applyInPandasWithState over
+# hash buckets, transformWithState's declared layout) report how many users they hold by change:
+# a marker row has every output column null but this one, the change in the number of users its
+# key holds. The pipeline sums it into its observed metrics and drops marker rows before the sink.
+STATE_USERS_CHANGE = "state_users_change"
+
+
+def users_change_frame(change: int) -> pd.DataFrame:
+    """One marker row (see ``STATE_USERS_CHANGE``) as a frame with the output columns."""
+    frame = pd.DataFrame({name: _output_column(kind, (None,))
+                          for name, kind in _OUTPUT_KINDS.items()})
+    frame[STATE_USERS_CHANGE] = np.array([change], dtype="int64")
+    return frame
+
+
 def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
     """Attribution rows as a pandas frame in the output schema's column order.
 
@@ -182,12 +197,22 @@ def rows_to_arrow(rows: Sequence[Attribution], schema):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def row_to_spark(row: Attribution):
-    """One attribution as a Spark ``Row`` (timestamps UTC-aware, so no local-zone guessing)."""
+def row_to_spark(row: Attribution, users_change_column: bool = False):
+    """One attribution as a Spark ``Row`` (timestamps UTC-aware, so no local-zone guessing);
+    with ``users_change_column``, followed by a null ``STATE_USERS_CHANGE``."""
     from pyspark.sql import Row
 
     record = row.to_record()
     record["goal_ts"] = ms_to_datetime(row.goal_ts)
     if row.impression_ts is not None:
         record["impression_ts"] = ms_to_datetime(row.impression_ts)
+    if users_change_column:
+        record[STATE_USERS_CHANGE] = None
     return Row(**record)
+
+
+def users_change_row(change: int):
+    """One marker row (see ``STATE_USERS_CHANGE``) as a Spark ``Row``."""
+    from pyspark.sql import Row
+
+    return Row(**dict.fromkeys(OUTPUT_FIELDS), **{STATE_USERS_CHANGE: change})

@@ -5,7 +5,9 @@ are dropped, then the per-user stateful operator of the chosen backend runs the 
 same core per user over all input, fired at a watermark of +infinity.
 
 Both outputs carry Spark *observed metrics* (goals and attributed goals per model, see
-``output_metrics``) so that progress lines and the final report count what was really emitted.
+``output_metrics``) so that progress lines and the final report count what was really emitted;
+the stream's also carry the change in the number of users held in state where Spark's state row
+count is not that number (``users_counted_by_change``).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Optional, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ..config import AttributionConfig, spark_interval
 from ..schema import OUTPUT_SCHEMA
@@ -24,7 +27,7 @@ from .apply_in_pandas import (
     make_group_state_function,
 )
 from .bucket_keys import aligned_bucket_keys
-from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS
+from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS, STATE_USERS_CHANGE
 from .types import spark_struct
 
 BACKENDS = ("applyInPandasWithState", "transformWithState")
@@ -87,7 +90,7 @@ def output_metrics(models: Sequence[str]) -> list[Column]:
     A model gives a goal one row per credited impression, so rows are not goals. But an
     attributed goal's credits sum to 1 (within 1e-9) and an organic goal has one row of credit
     0: the sum of a model's credits, rounded, is its attributed goals, and its organic rows the
-    rest. (Observed metrics allow no distinct count.)
+    rest. (Observed metrics allow no distinct count.) Marker rows (no model) count nowhere.
     """
     metrics = []
     for m in models:
@@ -104,8 +107,27 @@ def metric_name(what: str, model: str) -> str:
     return f"{what}_{model}"
 
 
-def _observe_output(rows: DataFrame, models: Sequence[str]) -> DataFrame:
-    return rows.observe(OUTPUT_METRICS, *output_metrics(models))
+def users_counted_by_change(backend: str, state_buckets: Optional[int], tws_state: str) -> bool:
+    """True for the layouts whose stateful function reports the change in users it holds
+    (``frames.STATE_USERS_CHANGE``): Spark's state row count is then buckets
+    (applyInPandasWithState over hash buckets) or state entries (transformWithState's declared
+    layout), not users. With one key and one row per user it is the user count itself."""
+    if backend == "applyInPandasWithState":
+        return bool(state_buckets)
+    return tws_state == "declared"
+
+
+def _observe_output(rows: DataFrame, models: Sequence[str],
+                    users_by_change: bool = False) -> DataFrame:
+    """Attach the output metrics; with ``users_by_change``, also sum the marker rows' changes in
+    users held (``users_change``) and drop the marker rows."""
+    users_change = (F.coalesce(F.sum(STATE_USERS_CHANGE), F.lit(0)) if users_by_change
+                    else F.lit(0).cast("long"))
+    observed = rows.observe(OUTPUT_METRICS, *output_metrics(models),
+                            users_change.alias("users_change"))
+    if not users_by_change:
+        return observed
+    return observed.filter(F.col(STATE_USERS_CHANGE).isNull()).drop(STATE_USERS_CHANGE)
 
 
 def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
@@ -133,7 +155,10 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         raise ValueError(f"unknown bucket key scheme {bucket_keys!r}; choose one of "
                          f"{', '.join(BUCKET_KEY_SCHEMES)}")
     watermarked = events.withWatermark("ts", spark_interval(watermark_delay_ms))
+    users_by_change = users_counted_by_change(backend, state_buckets, tws_state)
     output_type = spark_struct(OUTPUT_SCHEMA)
+    if users_by_change:
+        output_type = output_type.add(T.StructField(STATE_USERS_CHANGE, T.LongType()))
     if backend == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -158,7 +183,7 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         rows = _stateful_input(watermarked).groupBy("user_id").transformWithState(
             processor, outputStructType=output_type,
             outputMode="Append", timeMode="EventTime")
-    return _observe_output(rows, config.models)
+    return _observe_output(rows, config.models, users_by_change)
 
 
 def attribution_batch(events: DataFrame, config: AttributionConfig = AttributionConfig()) -> DataFrame:

@@ -6,10 +6,10 @@ attribution job, the join job, validation and the benchmarks read input identica
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from ..schema import EVENT_SCHEMA
-from .avro_source import AVRO_GLOB
 from .avro_source import SOURCE_NAME as AVRO_SOURCE
 from .avro_source import register as register_avro
 from .types import spark_struct
@@ -22,8 +22,50 @@ def event_struct():
 
 # Only files with the format's extension are input: a README or a _SUCCESS marker next to the
 # data must not turn into all-null rows.
-FILE_GLOBS = {"json": "*.{json,jsonl}", "parquet": "*.parquet", "avro": AVRO_GLOB}
+FILE_EXTENSIONS = {"json": (".json", ".jsonl"), "parquet": (".parquet",), "avro": (".avro",)}
+
+
+def _glob(extensions: tuple) -> str:
+    """Hadoop's glob of file names ending in one of ``extensions``: ``*.{json,jsonl}``."""
+    if len(extensions) == 1:
+        return "*" + extensions[0]
+    return "*.{" + ",".join(e.lstrip(".") for e in extensions) + "}"
+
+
+FILE_GLOBS = {fmt: _glob(extensions) for fmt, extensions in FILE_EXTENSIONS.items()}
 FORMATS = tuple(FILE_GLOBS)
+
+
+def format_mismatch(events_dir: str, fmt: str) -> Optional[str]:
+    """Why ``events_dir`` cannot be ``fmt`` input, when it holds files of another format and
+    none of ``fmt`` (a run would silently read nothing); ``None`` otherwise.
+
+    :param events_dir: a local input directory (remote ones are not listed: ``None``).
+    :param fmt: the chosen input format, a key of ``FILE_EXTENSIONS``.
+
+    Names starting with ``_`` or ``.`` are skipped, as Spark skips them. The listing stops at
+    the first file of the chosen format, so a large directory of right files costs little.
+    """
+    if "://" in events_dir:
+        return None
+    found = {other: 0 for other in FILE_EXTENSIONS}
+    for _, dirs, files in os.walk(events_dir):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in files:
+            if name.startswith(("_", ".")):
+                continue
+            for other, extensions in FILE_EXTENSIONS.items():
+                if name.endswith(extensions):
+                    if other == fmt:
+                        return None
+                    found[other] += 1
+    others = [(n, other) for other, n in found.items() if n]
+    if not others:
+        return None
+    count, other = max(others)
+    return (f"--format {fmt} but {events_dir} holds {count} {'/'.join(FILE_EXTENSIONS[other])} "
+            f"file{'s' if count > 1 else ''} and no {'/'.join(FILE_EXTENSIONS[fmt])} file; "
+            f"use --format {other}")
 
 
 def _configure_reader(reader, fmt: str):

@@ -28,6 +28,8 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
 
   Entries are immutable facts, so a micro-batch touches state with at most one ``appendList``
   per list; only garbage collection, which removes entries, rewrites a list with one ``put``.
+  Spark's row count sums the entries of all five, so a call that adds or removes its user says
+  so in a marker row (``frames.STATE_USERS_CHANGE``, one more output column).
 
 Spark fires an event-time timer once the watermark is ``>=`` its expiry, so the timer is
 registered at the next wake-up itself: the min pending goal or, with none pending, the watermark
@@ -47,7 +49,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from ..config import LAST_TOUCH, AttributionConfig
 from ..core import UserAttribution
 from ..paths import Impression, Visit
-from .frames import events_from_rows, row_to_spark
+from .frames import events_from_rows, row_to_spark, users_change_row
 
 VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boolean"
 IMPRESSION_STATE = ("event_id string, impression_id long, ts long, source_url string, "
@@ -141,7 +143,11 @@ class AttributionProcessor(StatefulProcessor):
         else:
             self._store(core, loaded)
             self._set_timer(core.next_timer(), core.next_wakeup())
-        return iter([row_to_spark(r) for r in rows])
+        out = [row_to_spark(r, users_change_column=True) for r in rows]
+        held_before = bool(loaded.visit_ids or loaded.impression_ids)
+        if held_before == core.is_empty:  # the user arrived in state, or left it
+            out.append(users_change_row(-1 if held_before else 1))
+        return iter(out)
 
     def _store(self, core: UserAttribution, loaded: _Loaded) -> None:
         spent = {g.event_id for g in core.visits.values() if g.is_goal and not g.pending}

@@ -210,7 +210,7 @@ def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
          "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "attributed   : 2" in result.stdout
+    assert "attributed     : 2" in result.stdout
     # spark-submit's PythonRunner merges the driver's stderr into its stdout
     assert "batch 0: input 4 rows" in result.stdout + result.stderr
     rows = read_attribution_rows(tmp_path / "out")

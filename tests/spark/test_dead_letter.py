@@ -212,7 +212,7 @@ def test_bad_records_are_dead_lettered_and_good_data_is_untouched(spark, tmp_pat
 
     # Counted: in the final report and, per micro-batch, in the progress lines.
     assert report.extra["invalid"] == len(BAD_LINES)
-    assert "invalid      : %d" % len(BAD_LINES) in report.render()
+    assert "invalid        : %d" % len(BAD_LINES) in report.render()
     per_batch = [b["invalid"] for b in report.history]
     assert per_batch[:7] == [sum(p == n for p, _, _ in BAD_LINES) for n in range(7)]
     progress = capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The transformWithState processor unit-tested without a cluster, with PySpark's TwsTester.
 
 The chapter's dataset is fed in the book's arrival order with the book's watermark steps: the
-watermark is set (firing due timers), then the step's events arrive.
+watermark is set (firing due timers), then the step's events arrive. Besides attributions, the
+processor emits a marker row whenever its user enters or leaves the state (``users_change_row``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from attribution.config import AttributionConfig
 from attribution.events import ms_to_datetime, ts_to_ms
 from attribution.spark.files import data_files, read_events
-from attribution.spark.frames import INPUT_COLUMNS
+from attribution.spark.frames import INPUT_COLUMNS, users_change_row
 from attribution.spark.transform_with_state import AttributionProcessor
 
 BOOK_WATERMARKS = ["12:00:00", "12:00:30", "12:01:00", "12:01:30", "12:03:45", "12:04:00"]
@@ -32,6 +33,12 @@ def _row(e) -> Row:
     return Row(**{c: values[c] for c in INPUT_COLUMNS})
 
 
+def _split(rows: list) -> tuple[list, list]:
+    """The attribution rows, and the changes in users held that the marker rows report."""
+    return ([r for r in rows if r.goal_event_id is not None],
+            [r.state_users_change for r in rows if r.goal_event_id is None])
+
+
 def _tester(config: AttributionConfig = AttributionConfig()) -> TwsTester:
     return TwsTester(AttributionProcessor(config), timeMode="EventTime",
                      eventTimeExtractor=lambda row: row.ts_ms)
@@ -40,15 +47,17 @@ def _tester(config: AttributionConfig = AttributionConfig()) -> TwsTester:
 def test_book_steps_attribute_each_goal_exactly_when_the_watermark_reaches_it(ch7_dir):
     steps = [read_events(f) for f in data_files(ch7_dir)][:6]  # the seventh is the heartbeat
     tester = _tester()
-    emitted = []
+    emitted, user_changes = [], []
     for clock, events in zip(BOOK_WATERMARKS, steps):
-        fired = tester.setWatermark(_ms(clock))
-        from_input = tester.test("UserX", [_row(e) for e in events])
+        fired, fired_changes = _split(tester.setWatermark(_ms(clock)))
+        from_input, input_changes = _split(tester.test("UserX", [_row(e) for e in events]))
         emitted.append((clock, [r.goal_event_id for r in fired + from_input], fired))
+        user_changes.append(fired_changes + input_changes)
     assert [(clock, goals) for clock, goals, _ in emitted] == [
         ("12:00:00", []), ("12:00:30", []), ("12:01:00", []),
         ("12:01:30", ["g-signup"]), ("12:03:45", ["g-receipt"]), ("12:04:00", []),
     ]
+    assert user_changes == [[1], [], [], [], [], []]  # the user arrives, and stays
     signup = emitted[3][2][0]
     receipt = emitted[4][2][0]
     assert (signup.impression_id, signup.trail, signup.credit) == (123, ["http://xyz.com/"], 1.0)
@@ -57,7 +66,7 @@ def test_book_steps_attribute_each_goal_exactly_when_the_watermark_reaches_it(ch
     assert receipt.trail == ["http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
                              "http://xyz.com/thing/purchase"]
     # Watermark at "infinity": nothing more, and garbage collection then empties the state.
-    assert tester.setWatermark(2 ** 53) == []
+    assert tester.setWatermark(2 ** 53) == [users_change_row(-1)]
     assert tester.peekListState("visits", "UserX") == []
     assert tester.peekValueState("wakeup", "UserX") is None
 
@@ -67,7 +76,7 @@ def test_state_is_declared_and_written_once_per_batch(ch7_dir):
     events = [e for f in data_files(ch7_dir) for e in read_events(f) if e.user_id]
     tester = _tester()
     tester.setWatermark(_ms("12:00:00"))
-    assert tester.test("UserX", [_row(e) for e in events]) == []
+    assert tester.test("UserX", [_row(e) for e in events]) == [users_change_row(1)]
     visits = tester.peekListState("visits", "UserX")
     impressions = tester.peekListState("impressions", "UserX")
     assert len(visits) == 7
@@ -117,17 +126,17 @@ def test_other_models_campaigns_and_values_are_declared_and_survive_calls():
     second = [Event("g2", "u", "visit", 9_000, url="/thanks", referer="/cart", is_goal=True)]
     config = AttributionConfig(models=MODELS)
     tester = _tester(config)
-    assert tester.test("u", [_row(e) for e in first]) == []
+    assert _split(tester.test("u", [_row(e) for e in first])) == ([], [1])  # the user enters
     assert tester.peekListState("campaigns", "u") == [("i1", "spring")]
     assert tester.peekListState("goal_values", "u") == [("g1", 40.0)]
-    fired = tester.setWatermark(8_000)
+    fired, _ = _split(tester.setWatermark(8_000))
     assert {s[0] for s in tester.peekListState("spent", "u")} == {"g1", "i2"}  # last_touch's
     consumed = {}
     for event_id, bits in tester.peekListState("consumed", "u"):
         consumed[event_id] = consumed.get(event_id, 0) | bits
     assert consumed == {"i1": 0b11110, "i2": 0b11101}
-    assert tester.test("u", [_row(e) for e in second]) == []
-    fired += tester.setWatermark(10_000)
+    assert _split(tester.test("u", [_row(e) for e in second])) == ([], [])
+    fired += _split(tester.setWatermark(10_000))[0]
     rows = sorted((r.goal_event_id, r.model, r.impression_event_id, r.impression_campaign,
                    r.goal_value, r.credited_value) for r in fired)
     expected = attribute_batch(first + second, config)
@@ -147,7 +156,7 @@ def test_a_superseded_click_id_is_remembered_across_calls():
     reuse = [Event("b", "u", "visit", 7_000, url="/t", referer=search),
              Event("g", "u", "visit", 8_000, url="/x", referer="/t", is_goal=True)]
     tester = _tester()
-    assert tester.test("u", [_row(e) for e in clicks]) == []
+    assert tester.test("u", [_row(e) for e in clicks]) == [users_change_row(1)]
     assert tester.peekListState("superseded", "u") == [("b", 0)]
     assert tester.test("u", [_row(e) for e in reuse]) == []
     assert [v[0] for v in tester.peekListState("visits", "u")] == ["g"]
