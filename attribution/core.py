@@ -331,14 +331,17 @@ class UserAttribution:
         return max_ts + config.lookback_ms + config.allowed_lateness_ms + 1
 
     def next_wakeup(self) -> Optional[int]:
-        """When this user next needs the engine: its next goal, else (with revisions) the time
-        its earliest open goal becomes final, else the time its state expires."""
+        """When this user next needs the engine: its next goal, else the time its state expires.
+
+        With revisions (section 8) the state also asks to see every move of the watermark: it
+        then knows the previous micro-batch's watermark, by which lateness and ``emit_timing``
+        are judged, and finalizes its open goals in time.
+        """
         goal = self.next_timer()
-        if goal is not None:
-            return goal
-        if self.open_goals:
-            return min(self.visits[g].ts for g in self.open_goals) + self.config.allowed_lateness_ms
-        return self.expires_at()
+        wakeup = goal if goal is not None else self.expires_at()
+        if self.config.revising and self.watermark is not None and wakeup is not None:
+            return min(wakeup, self.watermark + 1)
+        return wakeup
 
     def advance(self, watermark: int) -> list[Attribution]:
         """Fire, then garbage-collect, at ``watermark``: what a timer firing does."""

@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 
 from attribution.config import (
     ALL_MODELS,
+    DEFAULT_ALLOWED_LATENESS,
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_HALF_LIFE,
     DEFAULT_LOOKBACK,
@@ -35,6 +36,7 @@ from attribution.config import (
 )
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout, state_users_at_start
+from attribution.spark.late_records import audit as audit_late_records
 from attribution.spark.pipeline import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -155,6 +157,23 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="time_decay: an impression this much older than the goal weighs "
                              "half as much. Fixed by the first run of a checkpoint when "
                              "time_decay is one of --models (default: %(default)s)")
+    parser.add_argument("--allowed-lateness", default=DEFAULT_ALLOWED_LATENESS, metavar="DURATION",
+                        help="records up to this far behind the watermark are still used, and "
+                             "the rows they change are revised: a retraction (sign -1) of the "
+                             "rows emitted before, then the new rows (revision + 1, emit_timing "
+                             "LATE). Records further behind go to --late-records. Spark's "
+                             "watermark trails the on-time one by this much. Fixed by the first "
+                             "run of a checkpoint (default: %(default)s)")
+    parser.add_argument("--early-results", action="store_true",
+                        help="emit a goal's rows in the micro-batch it arrives in (emit_timing "
+                             "EARLY), revise them as its impressions arrive, and once more "
+                             "ON_TIME when the watermark passes it. Fixed by the first run of a "
+                             "checkpoint")
+    parser.add_argument("--late-records", default=None, metavar="DIR",
+                        help="Parquet directory for every record dropped as too late (behind "
+                             "the watermark minus --allowed-lateness), once each, with the "
+                             "watermark it was judged against, under detected_date=YYYY-MM-DD "
+                             "(default: <output>-late)")
     parser.add_argument("--dead-letter", default=None, metavar="DIR",
                         help="Parquet directory for invalid records (raw record, reason, source "
                              "file, detection time), written by a second exactly-once streaming "
@@ -180,7 +199,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                                         dedup_window_ms=parse_duration_ms(args.dedup_window),
                                         models=models,
                                         half_life_ms=parse_duration_ms(args.half_life,
-                                                                       "--half-life"))
+                                                                       "--half-life"),
+                                        allowed_lateness_ms=parse_duration_ms(
+                                            args.allowed_lateness, "--allowed-lateness"),
+                                        early_results=args.early_results)
     except ValueError as err:
         parser.error(str(err))
     if not Path(args.events).is_dir() and "://" not in args.events:
@@ -190,8 +212,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "user_id)")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
+    if args.config.revising and args.backend == "transformWithState" \
+            and args.tws_state == "declared":
+        parser.error("--allowed-lateness and --early-results need --tws-state compact: the "
+                     "declared layout keeps no emitted rows to revise")
     if args.dead_letter is None:
         args.dead_letter = args.output.rstrip("/") + "-dead-letter"
+    if args.late_records is None:
+        args.late_records = args.output.rstrip("/") + "-late"
     if args.log_file is None:
         args.log_file = default_log_file("attribution")
     return args
@@ -297,9 +325,11 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
     progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet,
                                    users_at_start=users_at_start,
                                    users_by_change=users_counted_by_change(*layout))
+    late = LateRecords(spark, args)
     try:
         while not query.awaitTermination(1):
             progress.consume(query.recentProgress)
+            late.audit()
             if stop is not None and stop.requested:
                 for running in (query, dead_letter_query):
                     stop_after_current_batch(running)
@@ -313,10 +343,34 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
             if running.isActive:
                 running.stop()
     progress.consume(query.recentProgress)
+    late.audit()
     report = progress.report(mode="stream", backend=args.backend, output=args.output,
                              stopped_by=stop.signal_name if stop is not None else None)
+    if args.config.revising:
+        report.extra["late accepted"] = late.accepted
+    report.extra["late records"] = f"{late.written} in {args.late_records}"
     report.extra["dead letter"] = args.dead_letter
     return report
+
+
+class LateRecords:
+    """The late-record output, kept up to date with the committed micro-batches
+    (``attribution.spark.late_records``); its counts for the report. Remote checkpoints are
+    not audited."""
+
+    def __init__(self, spark, args):
+        self.spark, self.args = spark, args
+        self.written = self.accepted = 0
+
+    def audit(self) -> None:
+        args = self.args
+        if "://" in args.checkpoint:
+            return
+        written, accepted = audit_late_records(
+            self.spark, args.checkpoint, args.late_records, args.format, args.max_future_skew_ms,
+            args.max_future_skew, args.config.allowed_lateness_ms)
+        self.written += written
+        self.accepted += accepted
 
 
 def run_batch(spark, args) -> RunReport:

@@ -31,10 +31,12 @@ from .frames import (
     events_from_arrow,
     events_from_json_list,
     events_from_packed,
+    on_time_watermark,
     output_arrow_schema,
     packed_by_user,
     rows_to_arrow,
     rows_to_frame,
+    spark_timeout,
     users_change_frame,
 )
 
@@ -75,7 +77,7 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
 
     def attribute_user(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         (user_id,) = key
-        watermark = state.getCurrentWatermarkMs()
+        watermark = on_time_watermark(state.getCurrentWatermarkMs(), config)
         core = (UserAttribution.from_bytes(state_blob(state.get[0]), config) if state.exists
                 else UserAttribution(user_id, config))
         for frame in frames:
@@ -89,7 +91,7 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
             state.remove()
         else:
             state.update((state_text(core.to_bytes()),))
-            state.setTimeoutTimestamp(core.next_wakeup() - 1)
+            state.setTimeoutTimestamp(spark_timeout(core.next_wakeup(), config))
         if rows:
             yield rows_to_frame(rows)
 
@@ -201,7 +203,7 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
     """
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
-        watermark = state.getCurrentWatermarkMs()
+        watermark = on_time_watermark(state.getCurrentWatermarkMs(), config)
         bucket = BucketScheduler(config, events_from_json_list,
                                  decode_bucket(state_blob(state.get[0])) if state.exists else {})
         users_before = len(bucket)
@@ -210,7 +212,7 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
         rows = bucket.advance(watermark)
         if bucket.users:
             state.update((state_text(encode_bucket(bucket.users)),))
-            state.setTimeoutTimestamp(bucket.next_wakeup() - 1)
+            state.setTimeoutTimestamp(spark_timeout(bucket.next_wakeup(), config))
         else:
             state.remove()
         if rows:

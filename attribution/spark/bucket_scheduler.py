@@ -13,6 +13,8 @@ Deferring ``add`` changes no row: Spark has already dropped every row at or belo
 watermark, so no event in an inbox is late for the core, and ``add`` keeps no order but arrival
 order. Deferring garbage collection changes none either: it only drops what no goal at or after
 the watermark can use. So each user's rows and their timing are those of one key per user.
+With allowed lateness or early results (section 8) nothing is deferred: a record may revise rows
+already emitted, in the micro-batch it arrives in.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from ..core import Attribution, UserAttribution
 from ..events import Event
 
 # user_id -> (wakeup, core blob or b"", inbox of comma-joined JSON objects or "")
+_NOW = -(2 ** 62)  # a wake-up at or below every watermark: due at once
 BucketUsers = dict[str, tuple[int, bytes, str]]
 
 
@@ -57,6 +60,10 @@ class BucketScheduler:
             wakeup, blob, inbox = held
         if min_goal_ms is not None and min_goal_ms < wakeup:
             wakeup = min_goal_ms
+        if self.config.revising:
+            # With revisions a record may be late and change emitted rows (or, with early
+            # results, any record may): the core sees it in the micro-batch it arrives in.
+            wakeup = _NOW
         self.users[user_id] = (wakeup, blob, f"{inbox},{packed}" if inbox else packed)
 
     def due(self, watermark: int) -> list[str]:

@@ -75,6 +75,12 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
     layout["models"] = list(config.models)
     if "time_decay" in config.models:
         layout["half_life_ms"] = config.half_life_ms
+    # Revisions keep other state (open goals) and another Spark watermark; recorded only when
+    # on, so that a layout without them means neither.
+    if config.allowed_lateness_ms:
+        layout["allowed_lateness_ms"] = config.allowed_lateness_ms
+    if config.early_results:
+        layout["early_results"] = True
     path = Path(checkpoint) / LAYOUT_FILE
     if path.exists():
         recorded = json.loads(path.read_text())

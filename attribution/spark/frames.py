@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from ..config import AttributionConfig
 from ..core import Attribution
 from ..events import Event, ms_to_datetime
 from ..schema import OUTPUT_FIELDS, OUTPUT_SCHEMA, field_kinds
@@ -129,6 +130,26 @@ def _output_column(kind: str, values: tuple):
     return column
 
 
+def on_time_watermark(spark_watermark_ms: int, config: AttributionConfig) -> int:
+    """Section 8's watermark ``W`` from Spark's. The job gives Spark's watermark a delay longer
+    by the allowed lateness ``L``, so that records up to ``L`` behind ``W`` reach the stateful
+    function (Spark drops what is behind its own); ``W`` is Spark's plus ``L``."""
+    return spark_watermark_ms + config.allowed_lateness_ms
+
+
+def spark_timer(wakeup_ms: int, config: AttributionConfig) -> int:
+    """The event-time timer (transformWithState's, which fires once Spark's watermark reaches
+    it) for a core's wake-up in ``W``'s terms. Spark wants a positive time; before any watermark
+    (Spark's is 0 then), 1 fires at the first."""
+    return max(1, wakeup_ms - config.allowed_lateness_ms)
+
+
+def spark_timeout(wakeup_ms: int, config: AttributionConfig) -> int:
+    """The event-time timeout (applyInPandasWithState's, which fires once Spark's watermark
+    passes it) for a core's wake-up in ``W``'s terms: one below ``spark_timer``."""
+    return max(1, spark_timer(wakeup_ms, config) - 1)
+
+
 # The stateful operators whose Spark row count is not a user count (applyInPandasWithState over
 # hash buckets, transformWithState's declared layout) report how many users they hold by change:
 # a marker row has every output column null but this one, the change in the number of users its
@@ -137,8 +158,10 @@ STATE_USERS_CHANGE = "state_users_change"
 
 
 def users_change_frame(change: int) -> pd.DataFrame:
-    """One marker row (see ``STATE_USERS_CHANGE``) as a frame with the output columns."""
-    frame = pd.DataFrame({name: _output_column(kind, (None,))
+    """One marker row (see ``STATE_USERS_CHANGE``) as a frame with the output columns: null
+    where a column may be, 0 in the int columns (``sign``, ``revision``), which may not and which
+    nobody reads on a marker row (the pipeline drops them before the sink)."""
+    frame = pd.DataFrame({name: _output_column(kind, (0 if kind == "int" else None,))
                           for name, kind in _OUTPUT_KINDS.items()})
     frame[STATE_USERS_CHANGE] = np.array([change], dtype="int64")
     return frame

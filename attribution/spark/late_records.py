@@ -107,9 +107,11 @@ def _local(uri: str) -> str:
 
 
 def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: int,
-          skew_text: str, allowed_lateness_ms: int) -> int:
-    """Write the late records of every committed micro-batch not audited yet; returns how many
-    records were written.
+          skew_text: str, allowed_lateness_ms: int) -> tuple[int, int]:
+    """Write the late records of every committed micro-batch not audited yet.
+
+    :returns: how many records were written (dropped as too late), and how many others of the
+        same micro-batches were late but within the allowed lateness (so used).
 
     :param checkpoint: the attribution query's checkpoint directory (local).
     :param late_dir: the late-record output directory.
@@ -125,7 +127,7 @@ def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: i
 
     root, out = Path(checkpoint), Path(late_dir)
     done = out / AUDITED_DIR
-    written = 0
+    written = accepted = 0
     for batch_id in committed_batches(root):
         if (done / str(batch_id)).exists():
             continue
@@ -136,16 +138,19 @@ def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: i
             events = valid_events(classify(read_raw_files(spark, [_local(f) for f in files], fmt),
                                            fmt, max_future_skew_ms, skew_text),
                                   keep=["source_file"])
+            ts = F.unix_millis("ts")
             late = events.filter((F.col("event_type") != "heartbeat")
-                                 & (F.unix_millis("ts") <= F.lit(threshold)))
+                                 & (ts <= F.lit(threshold + allowed_lateness_ms)))
             rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
-                               "source_file").collect()
+                               "source_file", (ts <= F.lit(threshold)).alias("dropped")).collect()
+            accepted += sum(not r.dropped for r in rows)
+            rows = [r for r in rows if r.dropped]
         if rows:
             _write_batch(out, batch_id, rows, root, threshold, allowed_lateness_ms)
             written += len(rows)
         done.mkdir(parents=True, exist_ok=True)
         (done / str(batch_id)).touch()
-    return written
+    return written, accepted
 
 
 def _write_batch(out: Path, batch_id: int, rows: list, checkpoint: Path, threshold_ms: int,

@@ -154,7 +154,10 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
     if bucket_keys not in BUCKET_KEY_SCHEMES:
         raise ValueError(f"unknown bucket key scheme {bucket_keys!r}; choose one of "
                          f"{', '.join(BUCKET_KEY_SCHEMES)}")
-    watermarked = events.withWatermark("ts", spark_interval(watermark_delay_ms))
+    # Spark's watermark trails the on-time one by the allowed lateness, so that records up to
+    # that late reach the stateful function (see ``frames.on_time_watermark``).
+    watermarked = events.withWatermark(
+        "ts", spark_interval(watermark_delay_ms + config.allowed_lateness_ms))
     users_by_change = users_counted_by_change(backend, state_buckets, tws_state)
     output_type = spark_struct(OUTPUT_SCHEMA)
     if users_by_change:

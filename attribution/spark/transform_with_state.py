@@ -49,7 +49,13 @@ from pyspark.sql.streaming.stateful_processor import (
 from ..config import LAST_TOUCH, AttributionConfig
 from ..core import UserAttribution
 from ..paths import Impression, Visit
-from .frames import events_from_rows, row_to_spark, users_change_row
+from .frames import (
+    events_from_rows,
+    on_time_watermark,
+    row_to_spark,
+    spark_timer,
+    users_change_row,
+)
 
 VISIT_STATE = "event_id string, ts long, url string, referer string, is_goal boolean"
 IMPRESSION_STATE = ("event_id string, impression_id long, ts long, source_url string, "
@@ -79,9 +85,16 @@ class _Loaded:
 
 
 class AttributionProcessor(StatefulProcessor):
-    """Conversion attribution per ``user_id`` (Row mode, for ``transformWithState``)."""
+    """Conversion attribution per ``user_id`` (Row mode, for ``transformWithState``).
+
+    Its declared entries hold no emitted rows, so it does not revise (section 8): a
+    configuration with allowed lateness or early results is refused.
+    """
 
     def __init__(self, config: AttributionConfig = AttributionConfig()):
+        if config.revising:
+            raise ValueError("transformWithState's declared state layout cannot revise rows; "
+                             "use --tws-state compact for --allowed-lateness or --early-results")
         self.config = config
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -96,7 +109,7 @@ class AttributionProcessor(StatefulProcessor):
         self.wakeup = handle.getValueState("wakeup", WAKEUP_STATE)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, loaded = self._load(key[0])
         # Spark filtered late rows already (by the previous batch's watermark); the rest are
         # added before any goal at or below ``watermark`` fires, as the streaming rules require.
@@ -105,7 +118,7 @@ class AttributionProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, loaded = self._load(key[0])
         return self._advance(core, loaded, watermark)
 
@@ -142,7 +155,7 @@ class AttributionProcessor(StatefulProcessor):
             self._clear()
         else:
             self._store(core, loaded)
-            self._set_timer(core.next_timer(), core.next_wakeup())
+            self._set_timer(core.next_timer(), spark_timer(core.next_wakeup(), self.config))
         out = [row_to_spark(r, users_change_column=True) for r in rows]
         held_before = bool(loaded.visit_ids or loaded.impression_ids)
         if held_before == core.is_empty:  # the user arrived in state, or left it
@@ -241,7 +254,7 @@ class CompactAttributionProcessor(StatefulProcessor):
         self.user = handle.getValueState("user", COMPACT_STATE)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, timer = self._load(key[0])
         # Spark filtered late rows already (by the previous batch's watermark); the rest are
         # added before any goal at or below ``watermark`` fires, as the streaming rules require.
@@ -250,7 +263,7 @@ class CompactAttributionProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, _ = self._load(key[0])
         # The timer that fired is already gone: never delete it (a wasted round trip).
         return self._advance(core, None, watermark)
@@ -272,7 +285,7 @@ class CompactAttributionProcessor(StatefulProcessor):
                 self.handle.deleteTimer(timer)
             self.user.clear()
         else:
-            wakeup = core.next_wakeup()
+            wakeup = spark_timer(core.next_wakeup(), self.config)
             if wakeup != timer:
                 if timer is not None:
                     self.handle.deleteTimer(timer)

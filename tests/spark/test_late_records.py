@@ -22,16 +22,18 @@ def test_the_ch7_files_made_late_drop_four_records_and_the_audit_finds_exactly_t
     events = stage_in_arrival_order(sorted(ch7_dir.glob("part-*.json")), tmp_path / "in")
     report = _run(spark, tmp_path, events, *MINUTE_DELAY)
     late_dir = tmp_path / "late"
-    written = audit(spark, str(tmp_path / "cp"), str(late_dir), "json", 86_400_000, "1 day", 0)
+    written, accepted = audit(spark, str(tmp_path / "cp"), str(late_dir), "json", 86_400_000,
+                              "1 day", 0)
     table = read_late_records(str(late_dir)).to_pylist()
     ids = sorted(json.loads(r["raw_record"])["event_id"] for r in table)
     assert ids == ["i-456", "i-789", "v-signup", "v-thing"]
-    assert written == report.late_rows == 4
+    assert written == report.late_rows == 4 and accepted == 0
     by_id = {json.loads(r["raw_record"])["event_id"]: r for r in table}
     # Each was judged against the watermark in force when it arrived: 12:02:45.
     assert {r["watermark"].strftime("%H:%M:%S") for r in table} == {"12:02:45"}
     assert {r["batch_id"] for r in table} == {2, 3}
     assert by_id["i-456"]["source_file"].endswith("part-00002.json")
     # Audited once: a second pass writes nothing more.
-    assert audit(spark, str(tmp_path / "cp"), str(late_dir), "json", 86_400_000, "1 day", 0) == 0
+    assert audit(spark, str(tmp_path / "cp"), str(late_dir), "json", 86_400_000, "1 day",
+                 0) == (0, 0)
     assert len(read_late_records(str(late_dir))) == 4

@@ -17,7 +17,8 @@ import pytest
 
 from attribution.oracle import attribute_batch, sort_key
 from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_state_layout
-from attribution.spark.files import read_attributions, read_events
+from attribution.spark.files import read_events
+from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import ROOT, stage_in_arrival_order
 
@@ -61,7 +62,7 @@ def _old_columns(row) -> tuple:
 def test_a_checkpoint_of_the_single_model_version_resumes_with_the_oracles_rows(spark, tmp_path,
                                                                                layout):
     base = unpack(layout, tmp_path)
-    before = read_attributions(base / "out")
+    before = read_attribution_rows(base / "out")
     assert [(r.goal_event_id, r.impression_id) for r in before] == [("a-goal-1", 2)]
 
     files = sorted((FIXTURES / "events").glob("part-*.json"))
@@ -73,7 +74,7 @@ def test_a_checkpoint_of_the_single_model_version_resumes_with_the_oracles_rows(
     report = run(spark, args)
 
     expected = attribute_batch(read_events(FIXTURES / "events"))
-    rows = sorted(read_attributions(base / "out"), key=sort_key)
+    rows = sorted(read_attribution_rows(base / "out"), key=sort_key)
     assert [_old_columns(r) for r in rows] == [_old_columns(r) for r in expected]
     # alice's second goal gets impression 1: impression 2, later, was consumed before the restart.
     assert [(r.goal_event_id, r.impression_id, r.trail) for r in rows] == [
