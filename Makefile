@@ -1,10 +1,10 @@
-# Two commands on a fresh machine: `make run` and `make test`.
+# Two commands on a fresh machine: `make run` and `make test` (`make test-fast`: the unit tier).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check-java venv clean bench
+.PHONY: run test test-fast lint check-java venv clean bench bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -21,11 +21,24 @@ venv: $(STAMP)
 run: check-java $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.example
 
-test: check-java $(STAMP)
+# Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests.
+test: check-java lint
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests
 
+# The unit tier alone: no Spark session, about a minute.
+test-fast: lint
+	$(PY) -m pytest tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
 bench: check-java $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/benchmark.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming
+
+# The highest input rate each query sustains, fed live (benchmarks/streaming/sustainable.py).
+bench-sustainable: check-java $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming --only-modes --sustainable
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

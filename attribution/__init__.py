@@ -2,7 +2,7 @@
 
 The pure-Python pieces import no Spark:
 
-* ``AttributionConfig``: the rule parameters (lookback, dedup window, model);
+* ``AttributionConfig``: the rule parameters (lookback, dedup window, models, half-life);
 * ``Event`` / ``parse_event``: the validated input record;
 * ``UserAttribution``: the per-user state machine (add, fire, gc, next_timer, to/from bytes);
 * ``attribute_batch``: the batch oracle, ground truth for every other path.

@@ -6,38 +6,111 @@ unit of event time throughout the core; ``joins.durations`` parses them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Union
 
 # The project's one duration parser (re-exported here for the attribution options).
-from joins.durations import (MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND,  # noqa: F401
-                             parse_duration_ms, spark_interval)
+from joins.durations import (  # noqa: F401
+    MS_PER_DAY,
+    MS_PER_HOUR,
+    MS_PER_MINUTE,
+    MS_PER_SECOND,
+    parse_duration_ms,
+    spark_interval,
+)
 
 DEFAULT_LOOKBACK = "90 days"
 DEFAULT_DEDUP_WINDOW = "1 day"
 DEFAULT_WATERMARK_DELAY = "10 minutes"
-DEFAULT_MODEL = "last_touch"
+DEFAULT_HALF_LIFE = "7 days"
+DEFAULT_ALLOWED_LATENESS = "0"
+
+# The attribution models (spec section 6). The order is fixed for good: it is the order of a
+# goal's rows, and a model's position is its bit in the consumption marks of stored state
+# (``paths.Impression.consumed``), so a new model may only be appended.
+MODELS = ("last_touch", "first_touch", "linear", "position_based", "time_decay")
+DEFAULT_MODELS = ("last_touch",)
+ALL_MODELS = "all"  # what --models takes for every model
 
 # Strings longer than this are rejected by validation: a 1 MB url is an attack or a bug, not a page.
 MAX_STRING_LENGTH = 8_192
 
 
+def model_bit(model: str) -> int:
+    """The bit of ``model`` in a consumption mark."""
+    return 1 << MODELS.index(model)
+
+
+# last_touch's bit: what the consumed mark of state from before other models existed stands for.
+LAST_TOUCH = model_bit("last_touch")
+
+
+def parse_models(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
+    """The models named by ``value``, in ``MODELS`` order without repeats.
+
+    :param value: a comma-separated string (``"last_touch,linear"``, or ``"all"`` for every
+        model) or an iterable of model names.
+    :raises ValueError: an unknown name, or no name at all; the message names the valid ones.
+    """
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        if names == [ALL_MODELS]:
+            return MODELS
+    else:
+        names = list(value)
+    valid = f"choose from {', '.join(MODELS)} (or '{ALL_MODELS}')"
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown attribution model {unknown[0]!r}; {valid}")
+    if not names:
+        raise ValueError(f"no attribution model given; {valid}")
+    return tuple(m for m in MODELS if m in names)
+
+
 @dataclass(frozen=True)
 class AttributionConfig:
-    """The parameters of the attribution rules (spec sections 2 and 3)."""
+    """The parameters of the attribution rules (spec sections 2, 3, 6 and 8).
+
+    ``models`` may be given in any order and as a comma-separated string; it is kept in
+    ``MODELS`` order. ``half_life_ms`` is the half-life of ``time_decay``'s weights.
+    ``allowed_lateness_ms`` (L) and ``early_results`` make the output a changelog (section 8):
+    records up to L behind the watermark are still used and the rows they change are revised;
+    early results emit a goal's rows before the watermark reaches it, and revise them.
+    """
 
     lookback_ms: int = parse_duration_ms(DEFAULT_LOOKBACK)
     dedup_window_ms: int = parse_duration_ms(DEFAULT_DEDUP_WINDOW)
-    model: str = DEFAULT_MODEL
+    models: tuple[str, ...] = DEFAULT_MODELS
+    half_life_ms: int = parse_duration_ms(DEFAULT_HALF_LIFE)
+    allowed_lateness_ms: int = parse_duration_ms(DEFAULT_ALLOWED_LATENESS)
+    early_results: bool = False
 
     def __post_init__(self) -> None:
         if self.lookback_ms < 0:
             raise ValueError("lookback must be non-negative")
         if self.dedup_window_ms <= 0:
             raise ValueError("dedup window must be positive")
-        if self.model != DEFAULT_MODEL:
-            raise ValueError(f"unknown attribution model {self.model!r}; supported: {DEFAULT_MODEL!r}")
+        if isinstance(self.half_life_ms, bool) or not isinstance(self.half_life_ms, int) \
+                or self.half_life_ms <= 0:
+            raise ValueError(f"half-life must be a positive number of milliseconds, got "
+                             f"{self.half_life_ms!r}")
+        if isinstance(self.allowed_lateness_ms, bool) or not isinstance(
+                self.allowed_lateness_ms, int) or self.allowed_lateness_ms < 0:
+            raise ValueError(f"allowed lateness must be a non-negative number of milliseconds, "
+                             f"got {self.allowed_lateness_ms!r}")
+        object.__setattr__(self, "models", parse_models(self.models))
+
+    @property
+    def revising(self) -> bool:
+        """True when rows may be revised (section 8): allowed lateness or early results."""
+        return self.allowed_lateness_ms > 0 or self.early_results
 
     @classmethod
     def from_strings(cls, lookback: str = DEFAULT_LOOKBACK,
-                     dedup_window: str = DEFAULT_DEDUP_WINDOW) -> "AttributionConfig":
+                     dedup_window: str = DEFAULT_DEDUP_WINDOW,
+                     models: str = ",".join(DEFAULT_MODELS),
+                     half_life: str = DEFAULT_HALF_LIFE) -> "AttributionConfig":
+        """A configuration from the CLI's text forms (durations, comma-separated models)."""
         return cls(lookback_ms=parse_duration_ms(lookback, "lookback"),
-                   dedup_window_ms=parse_duration_ms(dedup_window, "dedup window"))
+                   dedup_window_ms=parse_duration_ms(dedup_window, "dedup window"),
+                   models=parse_models(models),
+                   half_life_ms=parse_duration_ms(half_life, "half-life"))

@@ -8,13 +8,17 @@ Validation never raises a bare ``KeyError``/``TypeError``: every problem becomes
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional
+
+from joins.durations import EPOCH, ms_to_datetime, ms_to_iso  # noqa: F401 (re-exported)
 
 from .config import MAX_STRING_LENGTH
 from .schema import EVENT_TYPES
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+# Characters of an offending value quoted in a reason.
+_PREVIEW = 64
 
 
 class InvalidEvent(ValueError):
@@ -23,7 +27,9 @@ class InvalidEvent(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One validated input record (spec section 1). ``ts`` is epoch milliseconds, UTC."""
+    """One validated input record (spec sections 1 and 7). ``ts`` is epoch milliseconds, UTC.
+
+    ``campaign`` is an impression's, ``value`` a visit's (the core uses it on goals only)."""
 
     event_id: str
     user_id: Optional[str]
@@ -35,6 +41,8 @@ class Event:
     impression_id: Optional[int] = None
     source_url: Optional[str] = None
     target_url: Optional[str] = None
+    campaign: Optional[str] = None
+    value: Optional[float] = None
 
     @property
     def is_visit(self) -> bool:
@@ -54,7 +62,7 @@ class Event:
                 "ts": self.ts, "url": self.url, "referer": self.referer,
                 "is_goal": self.is_goal if self.is_visit else None,
                 "impression_id": self.impression_id, "source_url": self.source_url,
-                "target_url": self.target_url}
+                "target_url": self.target_url, "campaign": self.campaign, "value": self.value}
 
 
 def ts_to_ms(value: Any) -> int:
@@ -77,26 +85,16 @@ def ts_to_ms(value: Any) -> int:
         try:
             parsed = _dt.datetime.fromisoformat(text)
         except ValueError:
-            raise InvalidEvent(f"unparseable ts {value[:64]!r}") from None
+            raise InvalidEvent(f"unparseable ts {value[:_PREVIEW]!r}") from None
         if parsed.tzinfo is None:
-            raise InvalidEvent(f"ts {value[:64]!r} has no UTC offset")
+            raise InvalidEvent(f"ts {value[:_PREVIEW]!r} has no UTC offset")
         value = parsed
     if isinstance(value, _dt.datetime):  # includes pandas.Timestamp
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
-        delta = value - _EPOCH
+        delta = value - EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     raise InvalidEvent(f"ts must be a timestamp, got {type(value).__name__}")
-
-
-def ms_to_datetime(ms: int) -> _dt.datetime:
-    """Epoch milliseconds to an aware UTC datetime."""
-    return _EPOCH + _dt.timedelta(milliseconds=ms)
-
-
-def ms_to_iso(ms: int) -> str:
-    """Epoch milliseconds to the JSON-lines form of ``ts``, e.g. ``1970-01-01T12:01:00.000Z``."""
-    return ms_to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _is_missing(value: Any) -> bool:
@@ -119,6 +117,22 @@ def _string(record: Mapping[str, Any], name: str, required: bool, what: str = ""
     return value
 
 
+def _value(record: Mapping[str, Any]) -> Optional[float]:
+    # Unlike other fields, a NaN here is not "missing": a non-finite value is invalid.
+    value = record.get("value")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidEvent(f"value must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond a double's range
+        number = math.inf if value > 0 else -math.inf
+    if not math.isfinite(number):
+        raise InvalidEvent(f"value must be a finite number, got {number}")
+    return number
+
+
 def parse_event(record: Mapping[str, Any]) -> Event:
     """Validate one raw record (a dict as read from JSON, Parquet or Avro) into an ``Event``.
 
@@ -130,7 +144,7 @@ def parse_event(record: Mapping[str, Any]) -> Event:
     if _is_missing(event_type):
         raise InvalidEvent("missing event_type")
     if event_type not in EVENT_TYPES:
-        raise InvalidEvent(f"unknown event_type {str(event_type)[:64]!r}")
+        raise InvalidEvent(f"unknown event_type {str(event_type)[:_PREVIEW]!r}")
     event_id = _string(record, "event_id", required=True)
     ts = ts_to_ms(None if _is_missing(record.get("ts")) else record.get("ts"))
     if event_type == "heartbeat":
@@ -145,7 +159,7 @@ def parse_event(record: Mapping[str, Any]) -> Event:
         return Event(event_id=event_id, user_id=user_id, event_type="visit", ts=ts,
                      url=_string(record, "url", required=True, what="visit"),
                      referer=_string(record, "referer", required=False),
-                     is_goal=is_goal)
+                     is_goal=is_goal, value=_value(record))
     impression_id = record.get("impression_id")
     if _is_missing(impression_id):
         raise InvalidEvent("impression without impression_id")
@@ -158,7 +172,8 @@ def parse_event(record: Mapping[str, Any]) -> Event:
     return Event(event_id=event_id, user_id=user_id, event_type="impression", ts=ts,
                  impression_id=int(impression_id),
                  source_url=_string(record, "source_url", required=True, what="impression"),
-                 target_url=_string(record, "target_url", required=True, what="impression"))
+                 target_url=_string(record, "target_url", required=True, what="impression"),
+                 campaign=_string(record, "campaign", required=False))
 
 
 def validate(record: Mapping[str, Any]) -> Optional[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Mapping, Union
 
-from .config import AttributionConfig
+from .config import MODELS, AttributionConfig
 from .core import WATERMARK_INFINITY, Attribution, UserAttribution
 from .events import Event, parse_event
 
@@ -18,7 +18,8 @@ def attribute_batch(events: Iterable[Union[Event, Mapping]],
     """Attribute every goal in ``events`` (``Event``s or raw records) and return the rows.
 
     Records are taken in the order given, so for redelivered copies the first one counts.
-    Heartbeats are ignored. Rows come sorted by ``(user_id, goal_ts, goal_event_id)``.
+    Heartbeats are ignored. Rows come sorted by ``sort_key``: per goal, the models in
+    ``config.MODELS`` order, and each model's rows in impression order.
     Raises ``InvalidEvent`` on a record that breaks the schema.
     """
     by_user: dict[str, list[Event]] = defaultdict(list)
@@ -36,6 +37,12 @@ def attribute_batch(events: Iterable[Union[Event, Mapping]],
     return rows
 
 
+_MODEL_RANK = {m: k for k, m in enumerate(MODELS)}
+
+
 def sort_key(row: Attribution) -> tuple:
-    """The canonical order of output rows, for comparing one path's output with another's."""
-    return (row.user_id, row.goal_ts, row.goal_event_id)
+    """The canonical order of output rows, for comparing one path's output with another's:
+    user, goal order, model order, then impression order (``(ts, impression_id, event_id)``;
+    the one organic row of a goal and model has none)."""
+    return (row.user_id, row.goal_ts, row.goal_event_id, _MODEL_RANK[row.model],
+            row.impression_ts or 0, row.impression_id or 0, row.impression_event_id or "")

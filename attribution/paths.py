@@ -1,4 +1,4 @@
-"""Path search over one user's referer graph (spec rules 2, 4, 5 and 6).
+"""Path search over one user's referer graph (spec rules 2, 4 and 6).
 
 The graph is never materialised. Its edges follow from two equalities, so sorted per-URL lists
 are enough to walk it:
@@ -10,9 +10,9 @@ are enough to walk it:
 "Precedes" is the order ``(ts, event_id)``, so every edge points forward in time: the graph is
 acyclic even when URLs form cycles, and every search below terminates.
 
-Both walks rest on one fact: the predecessors of ``v`` through URL ``X`` (or through the pair
-``(v.referer, v.url)``) are a *prefix*, in that order, of the visits to ``X`` (or of the pair's
-impressions). The best-candidate sweep keeps a running maximum per such list, so it is linear;
+Both searches rest on one fact: the predecessors of ``v`` through URL ``X`` (or through the
+pair ``(v.referer, v.url)``) are a *prefix*, in that order, of the visits to ``X`` (or of the
+pair's impressions). The candidate sweep keeps a running union per such list, so it is linear;
 the trail walk reads each list with one cursor.
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Iterable, Optional
 
 @dataclass(slots=True)
 class Visit:
-    """A visit held in state. ``pending`` is true for a goal that still awaits attribution."""
+    """A visit held in state. ``pending`` is true for a goal that still awaits attribution;
+    ``value`` is a goal's conversion value (None for other visits)."""
 
     event_id: str
     ts: int
@@ -36,6 +37,7 @@ class Visit:
     referer: Optional[str]
     is_goal: bool = False
     pending: bool = False
+    value: Optional[float] = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -44,14 +46,18 @@ class Visit:
 
 @dataclass(slots=True)
 class Impression:
-    """The canonical impression of one logical impression (rule 3), held in state."""
+    """The canonical impression of one logical impression (rule 3), held in state.
+
+    ``consumed`` holds one bit per model (``config.model_bit``) that credited it (section 6).
+    """
 
     event_id: str
     impression_id: int
     ts: int
     source_url: str
     target_url: str
-    consumed: bool = False
+    consumed: int = 0
+    campaign: Optional[str] = None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -95,10 +101,11 @@ SCAN_LIMIT = 512
 class ReferrerIndex:
     """Indexes over one user's visits and canonical impressions, for one firing.
 
-    The rule-5 best impression of every visit comes from one sweep over the nodes in
+    ``candidates`` gives every impression with a path to a goal, as a bit mask over the
+    impressions in impression order (``ordered``), consumption aside: what every model's
+    candidates are drawn from (rule 4, section 6). It comes from one sweep over the nodes in
     ``(ts, event_id)`` order, done lazily up to the goal being attributed (nodes after the last
-    due goal are never swept). Impressions that goals of this firing consume must be reported
-    with ``consume``; the per-URL lists used only by trails are built on first use.
+    due goal are never swept). The per-URL lists used only by trails are built on first use.
     """
 
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
@@ -107,112 +114,86 @@ class ReferrerIndex:
         nodes = sorted([*self._visits, *self._impressions], key=lambda n: (n.ts, n.event_id))
         self._nodes = nodes
         self._pos = {n.event_id: p for p, n in enumerate(nodes)}
-        # A group is the visits to one URL (keyed by the URL) or the impressions of one
-        # (source_url, target_url) pair (keyed by the pair): the two ways into a visit.
-        groups: dict = defaultdict(list)
-        slot = []
-        for p, n in enumerate(nodes):
-            members = groups[n.url if type(n) is Visit else (n.source_url, n.target_url)]
-            slot.append(len(members))
-            members.append(p)
-        self._groups = dict(groups)
-        self._slot = slot
-        # prefix[key][k]: the best candidate over the group's first k+1 members (see _sweep).
-        self._prefix = {key: [None] * len(members) for key, members in groups.items()}
-        self._best: list = [None] * len(nodes)
-        self._swept = 0  # nodes [0, _swept) have a value
-        self._exact = 0  # values before this position count no consumed impression
+        self._running: dict = {}  # the candidate sweep's union per visited URL
+        self._pair_bits: dict = {}  # (source_url, target_url) -> its impressions' bits so far
+        self._goal_reach: dict = {}  # pending goal's position -> its mask, until asked for
+        self._reached = 0  # nodes [0, _reached) were swept for candidates
 
-    def consume(self, impression: Impression) -> None:
-        """Mark ``impression`` consumed by a goal of this firing (rule 5)."""
-        impression.consumed = True
-        self._exact = min(self._exact, self._pos[impression.event_id])
+    # -- rule 4: candidate sets as bit masks ----------------------------------------------------
+    @cached_property
+    def ordered(self) -> list[Impression]:
+        """The impressions in impression order, ascending ``(ts, impression_id, event_id)``:
+        bit ``k`` of a candidate mask stands for ``ordered[k]``."""
+        return sorted(self._impressions, key=lambda i: i.rank)
 
     @cached_property
-    def _event_id_rank(self) -> dict:
-        return {eid: r for r, eid in enumerate(sorted(i.event_id for i in self._impressions))}
+    def _bit_number(self) -> dict:
+        return {i.event_id: k for k, i in enumerate(self.ordered)}
 
-    def _sweep(self, start: int, stop: int) -> None:
-        """Give nodes ``[start, stop)`` their value: for a visit, the rule-5 best unconsumed
-        impression with a path to it, as ``(score, impression)``, or None.
+    @cached_property
+    def _ordered_ts(self) -> list[int]:
+        return [i.ts for i in self.ordered]
 
-        Edges come from two equalities, so a visit's candidates are the candidates of the
-        earlier visits to its referer URL and the earlier impressions of its
-        ``(referer, url)`` pair: two prefix maxima, kept per group as the sweep goes. Values
-        before ``start`` are read from those prefix arrays, so a sweep can resume or redo any
-        suffix.
+    def candidates(self, goal: Visit, lookback_ms: int) -> int:
+        """Rule 4 without its consumption clause: the impressions with a path to the pending
+        ``goal`` and at most ``lookback_ms`` older, as a mask over ``ordered``. Ask once per
+        goal.
 
-        Consumption only removes candidates, so a value is always the best over a *superset*
-        of what is still available: if the impression it names is unconsumed it is exactly
-        right; if not, ``last_touch`` sweeps again from the earliest consumed position.
-        """
-        nodes, slot, prefix, groups, best = (self._nodes, self._slot, self._prefix,
-                                             self._groups, self._best)
-        erank = self._event_id_rank
-        running: dict = {}
-
-        def before_start(key):
-            members = groups.get(key)
-            if members is None:
-                return None
-            k = bisect_left(members, start) - 1
-            return prefix[key][k] if k >= 0 else None
-
-        for p in range(start, stop):
-            node = nodes[p]
-            if type(node) is Impression:
-                key = (node.source_url, node.target_url)
-                current = running[key] if key in running else before_start(key)
-                if not node.consumed:
-                    # Rule 5's order as one max-able key: latest ts, then smallest ids.
-                    score = (node.ts, -node.impression_id, -erank[node.event_id])
-                    if current is None or score > current[0]:
-                        current = (score, node)
-            else:
-                found = None
-                referer = node.referer
-                if referer is not None:
-                    if referer not in running:
-                        running[referer] = before_start(referer)
-                    found = running[referer]
-                    pair = (referer, node.url)
-                    if pair not in running:
-                        running[pair] = before_start(pair)
-                    direct = running[pair]
-                    if direct is not None and (found is None or direct[0] > found[0]):
-                        found = direct
-                best[p] = found
-                key = node.url
-                current = running[key] if key in running else before_start(key)
-                if found is not None and (current is None or found[0] > current[0]):
-                    current = found
-            running[key] = current
-            prefix[key][slot[p]] = current
-
-    # -- rule 4 + 5: the last-touch candidate -------------------------------------------------
-    def last_touch(self, goal: Visit, lookback_ms: int) -> Optional[Impression]:
-        """The credited impression for ``goal`` under ``last_touch``, or ``None`` (organic).
-
-        Goals must be asked in ``(ts, event_id)`` order. The latest candidate wins, so if the
-        best one is older than the lookback every candidate is. Only when the best one was
-        consumed earlier in this firing is the sweep redone, from the earliest impression
-        consumed since the last exact sweep: usually a click a few events back.
+        One sweep in ``(ts, event_id)`` order serves every goal: a visit's mask is the union of
+        the masks of the earlier visits to its referer URL and of the earlier impressions of its
+        ``(referer, url)`` pair, two prefix unions kept per group as the sweep goes. The sweep
+        never depends on consumption, so consuming never makes it redo anything.
         """
         p = self._pos[goal.event_id]
-        if p >= self._swept:
-            exact = self._exact == self._swept
-            self._sweep(self._swept, p + 1)
-            self._swept = p + 1
-            if exact:
-                self._exact = p + 1
-        found = self._best[p]
-        if found is not None and found[1].consumed:
-            self._sweep(self._exact, p + 1)
-            self._exact = p + 1
-            found = self._best[p]
-        if found is None or found[1].ts < goal.ts - lookback_ms:
-            return None
-        return found[1]
+        if p >= self._reached:
+            self._sweep_candidates(p + 1)
+        reach = self._goal_reach.pop(p, 0)
+        # Impression order starts with ts, so the impressions inside the lookback are a suffix.
+        oldest = bisect_left(self._ordered_ts, goal.ts - lookback_ms)
+        return reach >> oldest << oldest if oldest else reach
+
+    def _sweep_candidates(self, stop: int) -> None:
+        # A mask is a Python int as long as its highest bit: a pair's impressions are kept as
+        # bit numbers and or-ed in when a visit reads them, since a user with many clicks has
+        # as many pairs, each of which would otherwise hold an int as long as the clicks so far.
+        nodes, running, pairs, goal_reach = (self._nodes, self._running, self._pair_bits,
+                                             self._goal_reach)
+        bit_number = self._bit_number
+        for p in range(self._reached, stop):
+            node = nodes[p]
+            if type(node) is Impression:
+                pairs.setdefault((node.source_url, node.target_url), []).append(
+                    bit_number[node.event_id])
+                continue
+            referer = node.referer
+            if referer is None:
+                continue
+            reach = running.get(referer, 0)
+            for k in pairs.get((referer, node.url), ()):
+                reach |= 1 << k
+            if reach:
+                url = node.url
+                running[url] = running.get(url, 0) | reach
+                if node.pending:
+                    goal_reach[p] = reach
+        self._reached = stop
+
+    def last_of(self, mask: int) -> int:
+        """The bit of rule 5's choice among the impressions of a non-empty ``mask``: the greatest
+        ``ts``, then the smallest ``impression_id`` and ``event_id``, i.e. the first in
+        impression order of those at the greatest ``ts``."""
+        first_at_ts = bisect_left(self._ordered_ts, self.ordered[mask.bit_length() - 1].ts)
+        at_ts = mask >> first_at_ts
+        return (at_ts & -at_ts) << first_at_ts
+
+    def impressions_in(self, mask: int) -> list[Impression]:
+        """The impressions of ``mask``, in impression order."""
+        ordered, out = self.ordered, []
+        while mask:
+            low = mask & -mask
+            out.append(ordered[low.bit_length() - 1])
+            mask ^= low
+        return out
 
     # -- rule 6: the trail --------------------------------------------------------------------
     @cached_property

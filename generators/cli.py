@@ -11,6 +11,9 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from commandline.exits import ExitCode, Failure, exit_codes_help, report_failure
+from commandline.paths import check_writable_dir
+from commandline.signals import StopRequests
 from joins.durations import format_duration_ms
 
 from .params import GROUPS, GeneratorParams, duration_ms, param_fields
@@ -85,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m generators generate --out /tmp/ds --format parquet --files 50 \\\n"
                "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 --heartbeat\n"
                "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n\n"
-               "Run 'python -m generators generate --help' for every knob and its default.")
+               "Run 'python -m generators generate --help' for every knob and its default.\n\n"
+               + exit_codes_help(ExitCode.OK, ExitCode.USAGE, ExitCode.OUTPUT,
+                                 ExitCode.INTERRUPTED, ExitCode.TERMINATED))
     commands = parser.add_subparsers(dest="command", metavar="{generate,stream}", required=True,
                                      parser_class=_Parser)
 
@@ -170,6 +175,7 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(err))
     if args.processes is not None and args.processes < 1:
         parser.error(f"--processes must be at least 1, got {args.processes}")
+    check_writable_dir(args.out, "--out", ExitCode.OUTPUT)
     started = time.perf_counter()
     try:
         result = generate(params, args.out, truth=args.truth, plot=args.plot,
@@ -203,6 +209,7 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _stream(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .load import StreamDirError, print_progress, run_load
 
+    check_writable_dir(args.out, "--out", ExitCode.OUTPUT)
     try:
         params = _params(args)
         duration = _seconds(args.duration, "--duration")
@@ -223,9 +230,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     subparser = parser._subparsers._group_actions[0].choices[args.command]
-    if args.command == "generate":
-        return _generate(args, subparser)
-    return _stream(args, subparser)
+    command = _generate if args.command == "generate" else _stream
+    # Ctrl-C or SIGTERM ends the command with its exit code and no traceback; every file is
+    # written under a temporary name and renamed, so none is left half-written.
+    with StopRequests(interrupt=True) as stop:
+        try:
+            return command(args, subparser)
+        except KeyboardInterrupt:
+            print(f"stopped by {stop.signal_name or 'SIGINT'}", file=sys.stderr)
+            return int(stop.exit_code or ExitCode.INTERRUPTED)
+        except Failure as failure:
+            return report_failure(failure)
+        except OSError as err:
+            return report_failure(Failure(ExitCode.OUTPUT, f"cannot write {err.filename}: "
+                                                           f"{err.strerror}; check --out {args.out}"))
 
 
 if __name__ == "__main__":

@@ -30,12 +30,17 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from attribution.io import data_files
-
 from . import manifest as manifest_mod
 from .behaviour import IMPRESSION, EventColumns, Sessions, batch_sessions, sessions_to_events
-from .disorder import (SPARK_WATERMARK_LAG, Arrival, arrange, arrival_lag, delay_bound_ms,
-                       file_watermarks, late_mask)
+from .disorder import (
+    SPARK_WATERMARK_LAG,
+    Arrival,
+    arrange,
+    arrival_lag,
+    delay_bound_ms,
+    file_watermarks,
+    late_mask,
+)
 from .params import GeneratorParams
 from .site import SiteArrays, build_site, to_arrays, user_ids
 from .skew import DELAYS_FILE, SKEW_FILE, DisorderPicture, draw_pictures
@@ -292,8 +297,3 @@ def _file_entry(path: Path, ts: np.ndarray, watermark: int, late: int) -> dict:
             "max_ts_ms": int(ts.max()) if len(ts) else None,
             "late_watermark_ms": int(watermark), "late_records": late,
             "sha256": manifest_mod.sha256_of(path)}
-
-
-def event_dir_files(out) -> list[Path]:
-    """The event files of a generated dataset, in arrival (name) order."""
-    return data_files(Path(out) / EVENTS_DIR)

@@ -210,7 +210,7 @@ def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]], dela
 def late_event_ids_in_dir(events_dir, delay_ms: int,
                           lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
     """``late_event_ids`` for an event directory as written (files in name order)."""
-    from attribution.io import data_files, read_event_records
+    from attribution.spark.files import data_files, read_event_records
 
     return late_event_ids((read_event_records(f) for f in data_files(events_dir)), delay_ms,
                           lag_batches)

@@ -14,8 +14,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
-                                parse_duration_ms)
+from attribution.config import (
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_LOOKBACK,
+    DEFAULT_WATERMARK_DELAY,
+    parse_duration_ms,
+)
 from attribution.events import InvalidEvent, ts_to_ms
 
 FORMATS = ("json", "parquet", "avro")

@@ -24,12 +24,21 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    InputPartition)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
-from attribution.schema import EVENT_SCHEMA, arrow_schema, spark_struct
+from attribution.schema import EVENT_SCHEMA
+from attribution.spark.types import arrow_schema, spark_struct
 
 from .params import GeneratorParams
 from .stream import Position, stream_for

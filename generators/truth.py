@@ -34,9 +34,10 @@ import pyarrow.parquet as pq
 from attribution.config import AttributionConfig
 from attribution.core import Attribution
 from attribution.events import Event
-from attribution.io import data_files, read_event_records
 from attribution.oracle import attribute_batch
-from attribution.schema import EVENT_SCHEMA, OUTPUT_SCHEMA, arrow_schema
+from attribution.schema import EVENT_SCHEMA, OUTPUT_SCHEMA
+from attribution.spark.files import data_files, read_event_records
+from attribution.spark.types import arrow_schema
 
 from .writers import numpy_array
 
@@ -134,7 +135,7 @@ def events_from_table(table: pa.Table) -> list[Event]:
 def rows_to_table(rows: Sequence[Attribution]) -> pa.Table:
     """Attribution rows as an Arrow table in the output schema, column by column.
 
-    The same table as ``attribution.io.attributions_to_arrow`` (a test holds them equal),
+    The same table as ``attribution.spark.files.attributions_to_arrow`` (a test holds them equal),
     without building one dict and two datetimes per row.
     """
     columns = []
@@ -242,7 +243,8 @@ def compute_truth(events_dir, fmt: str, config: AttributionConfig,
 
 
 def write_truth(table: pa.Table, path: Path) -> None:
-    """Write the truth table as one Parquet file (as ``attribution.io.write_attributions`` does)."""
+    """Write the truth table as one Parquet file (as ``attribution.spark.files.write_attributions``
+    does)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)

@@ -3,7 +3,7 @@
 Events arrive here as integer columns (``behaviour.EventColumns``) plus a ``Vocabulary`` of the
 few distinct strings (URLs, user ids). Rendering is vectorised: Arrow ``take`` for Parquet,
 pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
-``attribution.io`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
+``attribution.spark.files`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
 Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
 
 Every file is written under a hidden temporary name and renamed into place, so a file stream
@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from attribution.io import FORMATS
-from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES, arrow_schema
+from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES
+from attribution.spark.files import FORMATS
+from attribution.spark.types import arrow_schema
 
 from .behaviour import VISIT, EventColumns
 
@@ -43,7 +44,7 @@ PARQUET_OPTIONS = dict(version="2.6", compression="snappy",
                        write_statistics=True, data_page_version="1.0", store_schema=True)
 _JSON_LINE = ('{{"event_id": "{}", "user_id": {}, "event_type": "{}", "ts": "{}Z", "url": {}, '
               '"referer": {}, "is_goal": {}, "impression_id": {}, "source_url": {}, '
-              '"target_url": {}}}\n')
+              '"target_url": {}, "campaign": null, "value": null}}\n')
 _GOAL_TOKENS = np.array(["false", "true", "null"], dtype=object)
 _TYPE_NAMES = np.array(list(EVENT_TYPES), dtype=object)  # visit=0, impression=1, heartbeat=2
 
@@ -153,7 +154,8 @@ def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
 
 
 def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
-    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC)."""
+    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC); the
+    schema's fields the generator does not produce are null."""
     visit = events.kind == VISIT
     columns = {
         "event_id": id_array(events.seq),
@@ -168,7 +170,9 @@ def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
         "source_url": vocab.urls_at(events.source),
         "target_url": vocab.urls_at(events.target),
     }
-    return pa.Table.from_arrays([columns[name] for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
+    return pa.Table.from_arrays(
+        [columns[name] if name in columns else pa.nulls(len(events), _ARROW_SCHEMA.field(name).type)
+         for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
 
 
 def heartbeat_record(ts_ms: int, seq: int) -> dict:
@@ -230,7 +234,7 @@ def sync_marker(seed: int, name: str) -> bytes:
 def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[int] = None) -> None:
     """Write ``path`` via a hidden temporary file in the same directory, then rename it.
 
-    Readers that skip hidden files (Spark, ``attribution.io``) never see a partial file, and
+    Readers that skip hidden files (Spark, ``attribution.spark.files``) never see a partial file, and
     the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
     Spark's file source orders new files by it.
     """

@@ -16,36 +16,80 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 if __package__ in (None, ""):  # run as a script: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attribution.config import (DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, DEFAULT_WATERMARK_DELAY,
-                                AttributionConfig, parse_duration_ms)
-from attribution.backends.bucket_keys import MAX_ALIGNED_BUCKETS
-from attribution.backends.group_state import STATE_COLUMN_FORMAT
-from attribution.pipeline import (ALIGNED_BUCKET_KEYS, BACKENDS, DEFAULT_BACKEND,
-                                  DEFAULT_STATE_BUCKETS, DEFAULT_TWS_STATE, INDEX_BUCKET_KEYS,
-                                  OUTPUT_METRICS, TWS_STATE_LAYOUTS, attribution_batch,
-                                  attribution_stream)
-from attribution.validation import (DEFAULT_MAX_FUTURE_SKEW, VALIDATION_METRICS, classify,
-                                    dead_letters, max_future_skew_ms, read_raw_batch,
-                                    read_raw_stream, start_dead_letter_stream, unreadable_input,
-                                    valid_events)
+from attribution.config import (
+    ALL_MODELS,
+    DEFAULT_ALLOWED_LATENESS,
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_HALF_LIFE,
+    DEFAULT_LOOKBACK,
+    DEFAULT_MODELS,
+    DEFAULT_WATERMARK_DELAY,
+    MODELS,
+    AttributionConfig,
+    parse_duration_ms,
+    parse_models,
+)
+from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
+from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout, state_users_at_start
+from attribution.spark.late_records import audit as audit_late_records
+from attribution.spark.pipeline import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    DEFAULT_STATE_BUCKETS,
+    DEFAULT_TWS_STATE,
+    OUTPUT_METRICS,
+    TWS_STATE_LAYOUTS,
+    apply_trigger,
+    attribution_batch,
+    attribution_stream,
+    metric_name,
+    output_metrics,
+    users_counted_by_change,
+)
+from attribution.spark.validation import (
+    DEFAULT_MAX_FUTURE_SKEW,
+    VALIDATION_METRICS,
+    classify,
+    dead_letters,
+    max_future_skew_ms,
+    read_raw_batch,
+    read_raw_stream,
+    start_dead_letter_stream,
+    unreadable_input,
+    valid_events,
+)
+from commandline.exits import ExitCode, Failure, exit_codes_help, report_failure
+from commandline.paths import check_writable_dir
+from commandline.signals import StopRequests
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import add_stream_options, apply_trigger, build_spark_session, ship_packages
+from jobs.runtime import (
+    add_stream_options,
+    check_input,
+    check_sink_directory,
+    default_log_file,
+    ship_packages,
+    start_spark,
+    stop_after_current_batch,
+    unexpected_failure,
+)
 
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
 
 Reads spec events (visit / impression / heartbeat records; see the README's event schema) from
---events, keeps per-user state in the chosen backend, and emits one row per goal once the
-event-time watermark (max event time seen - --watermark-delay) has passed it: the last-touch ad
-impression that led there (following referer paths), or an organic row. Heartbeat records only
-advance the watermark. Events behind the watermark are late: counted, never used.
+--events, keeps per-user state in the chosen backend, and attributes each goal once the
+event-time watermark (max event time seen - --watermark-delay) has passed it: per attribution
+model (--models), a row per ad impression the model credits among those that led there
+(following referer paths), with its share of the goal, or one organic row. Heartbeat records
+only advance the watermark. Events behind the watermark are late: counted, never used.
 Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
-over 8192 chars, timestamps beyond --max-future-skew) never reach the watermark: they are
-counted and written with their reason to --dead-letter.
+over 8192 chars, a value that is not a finite number, timestamps beyond --max-future-skew) never
+reach the watermark: they are counted and written with their reason to --dead-letter.
 """
 
 EXAMPLES = """\
@@ -60,9 +104,17 @@ examples:
   # the same rules over the whole input at once (watermark at +infinity)
   python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch
 
+  # every attribution model at once, time decay halving a click's weight per day
+  python jobs/attribution_job.py --events DIR --models all --half-life '1 day'
+
 Restarting with the same --checkpoint resumes exactly where the job stopped; the file sink's
-metadata log guarantees each row is written once.
-"""
+metadata log guarantees each row is written once. A checkpoint records its input directory,
+format and state layout, and refuses a run with others. Ctrl-C (SIGINT) or SIGTERM stops the
+job after the current micro-batch, with the final report; a second one stops it at once.
+Spark's own log goes to --log-file; the terminal shows progress, the report and, on failure,
+one error line.
+
+""" + exit_codes_help()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -96,23 +148,61 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dedup-window", default=DEFAULT_DEDUP_WINDOW, metavar="DURATION",
                         help="click-spam dedup bucket: same source/target impressions in one "
                              "bucket are one logical impression (default: %(default)s)")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), metavar="LIST",
+                        help=f"attribution models, comma-separated, from {', '.join(MODELS)}; "
+                             f"'{ALL_MODELS}' for every one. Each gives its own rows for every "
+                             "goal and consumes impressions for itself. Fixed by the first run "
+                             "of a checkpoint (default: %(default)s)")
+    parser.add_argument("--half-life", default=DEFAULT_HALF_LIFE, metavar="DURATION",
+                        help="time_decay: an impression this much older than the goal weighs "
+                             "half as much. Fixed by the first run of a checkpoint when "
+                             "time_decay is one of --models (default: %(default)s)")
+    parser.add_argument("--allowed-lateness", default=DEFAULT_ALLOWED_LATENESS, metavar="DURATION",
+                        help="records up to this far behind the watermark are still used, and "
+                             "the rows they change are revised: a retraction (sign -1) of the "
+                             "rows emitted before, then the new rows (revision + 1, emit_timing "
+                             "LATE). Records further behind go to --late-records. Spark's "
+                             "watermark trails the on-time one by this much. Fixed by the first "
+                             "run of a checkpoint (default: %(default)s)")
+    parser.add_argument("--early-results", action="store_true",
+                        help="emit a goal's rows in the micro-batch it arrives in (emit_timing "
+                             "EARLY), revise them as its impressions arrive, and once more "
+                             "ON_TIME when the watermark passes it. Fixed by the first run of a "
+                             "checkpoint")
+    parser.add_argument("--late-records", default=None, metavar="DIR",
+                        help="Parquet directory for every record dropped as too late (behind "
+                             "the watermark minus --allowed-lateness), once each, with the "
+                             "watermark it was judged against, under detected_date=YYYY-MM-DD "
+                             "(default: <output>-late)")
     parser.add_argument("--dead-letter", default=None, metavar="DIR",
                         help="Parquet directory for invalid records (raw record, reason, source "
                              "file, detection time), written by a second exactly-once streaming "
                              "query (default: <output>-dead-letter)")
     parser.add_argument("--max-future-skew", default=DEFAULT_MAX_FUTURE_SKEW, metavar="DURATION",
-                        help="reject events whose ts is more than this ahead of the micro-batch's "
-                             "processing time, so that one bad clock cannot drag the watermark "
-                             "forward and make every later event late (default: %(default)s)")
+                        help="reject events whose ts is more than this ahead of their file's "
+                             "modification time, so that one bad clock cannot drag the watermark "
+                             "forward and make every later event late; every run and both "
+                             "outputs judge a record alike (default: %(default)s)")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
-    parser.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no start-up or per-batch progress lines")
     args = parser.parse_args(argv)
+    try:
+        models = parse_models(args.models)
+    except ValueError as err:
+        parser.error(f"--models: {err}")
     try:
         args.watermark_delay_ms = parse_duration_ms(args.watermark_delay)
         args.max_future_skew_ms = max_future_skew_ms(args.max_future_skew)
         args.config = AttributionConfig(lookback_ms=parse_duration_ms(args.lookback),
-                                        dedup_window_ms=parse_duration_ms(args.dedup_window))
+                                        dedup_window_ms=parse_duration_ms(args.dedup_window),
+                                        models=models,
+                                        half_life_ms=parse_duration_ms(args.half_life,
+                                                                       "--half-life"),
+                                        allowed_lateness_ms=parse_duration_ms(
+                                            args.allowed_lateness, "--allowed-lateness"),
+                                        early_results=args.early_results)
     except ValueError as err:
         parser.error(str(err))
     if not Path(args.events).is_dir() and "://" not in args.events:
@@ -122,9 +212,56 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "user_id)")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
+    if args.config.revising and args.backend == "transformWithState" \
+            and args.tws_state == "declared":
+        parser.error("--allowed-lateness and --early-results need --tws-state compact: the "
+                     "declared layout keeps no emitted rows to revise")
     if args.dead_letter is None:
         args.dead_letter = args.output.rstrip("/") + "-dead-letter"
+    if args.late_records is None:
+        args.late_records = args.output.rstrip("/") + "-late"
+    if args.log_file is None:
+        args.log_file = default_log_file("attribution")
     return args
+
+
+def dead_letter_checkpoint(args) -> str:
+    """The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
+    resumes both."""
+    return args.checkpoint.rstrip("/") + "/dead-letter"
+
+
+def pin_checkpoint(args) -> None:
+    """Check the checkpoint's record of input and state layout (``pin_state_layout``), and
+    set ``args.bucket_keys``. Idempotent: ``main`` calls it before Spark starts, ``run`` for
+    callers that skip ``main``."""
+    args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
+                                        args.tws_state, args.config, events=args.events,
+                                        input_format=args.format)
+
+
+def preflight(args) -> None:
+    """Every check that needs no Spark, made before Spark starts: the input can be read in the
+    chosen format, the output, dead-letter and checkpoint directories can be written (and
+    belong to this query), and the checkpoint was started with this input and state layout.
+
+    :raises Failure: with the exit code of the kind of problem.
+    """
+    check_input(args.events, args.format)
+    if args.report_json:
+        check_writable_dir(str(Path(args.report_json).parent), "--report-json's directory",
+                           ExitCode.OUTPUT)
+    if args.mode == "batch":  # batch mode overwrites its outputs and keeps no checkpoint
+        check_writable_dir(args.output, "--output", ExitCode.OUTPUT)
+        check_writable_dir(args.dead_letter, "--dead-letter", ExitCode.OUTPUT)
+        return
+    check_writable_dir(args.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
+    check_sink_directory(args.output, "--output", args.checkpoint)
+    check_sink_directory(args.dead_letter, "--dead-letter", dead_letter_checkpoint(args))
+    try:
+        pin_checkpoint(args)
+    except CheckpointMismatch as err:
+        raise Failure(ExitCode.CHECKPOINT, str(err)) from None
 
 
 class AttributionProgress(BatchProgress):
@@ -161,62 +298,12 @@ class AttributionProgress(BatchProgress):
         return report
 
 
-class CheckpointMismatch(ValueError):
-    """The options that shape the state differ from those the checkpoint was started with."""
-
-
-LAYOUT_FILE = "attribution-state-layout.json"
-
-
-def pin_state_layout(args) -> None:
-    """Record the state layout in the checkpoint on its first run; refuse a different one later.
-
-    Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
-    hashes to another key than under 64, and its state would silently be lost. The format of
-    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is how
-    bucket numbers become keys, which is not an option: ``args.bucket_keys`` is set here, to
-    the checkpoint's scheme ("index" for checkpoints started before "aligned" keys existed).
-    (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get "aligned" keys.)
-    """
-    args.bucket_keys = ALIGNED_BUCKET_KEYS
-    if "://" in args.checkpoint:
-        return
-    layout = {"backend": args.backend}
-    if args.backend == "applyInPandasWithState":
-        layout["state_buckets"] = args.state_buckets
-        layout["state_column"] = STATE_COLUMN_FORMAT
-        layout["bucket_keys"] = args.bucket_keys
-    else:
-        layout["tws_state"] = args.tws_state
-    path = Path(args.checkpoint) / LAYOUT_FILE
-    if path.exists():
-        pinned = json.loads(path.read_text())
-        if pinned.get("backend") == "applyInPandasWithState":
-            pinned.setdefault("state_column", "binary")  # versions before the text column
-            if pinned["state_column"] != STATE_COLUMN_FORMAT:
-                raise CheckpointMismatch(
-                    f"checkpoint {args.checkpoint} holds applyInPandasWithState state in the "
-                    f"{pinned['state_column']} column of an earlier version of this job, which "
-                    f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
-                    "query with the version that started it, or start a new --checkpoint (and "
-                    "--output).")
-            # Checkpoints started before aligned keys hold their users under bucket numbers.
-            pinned.setdefault("bucket_keys", INDEX_BUCKET_KEYS)
-            args.bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
-        if pinned != layout:
-            given = ", ".join(f"{k}={v}" for k, v in layout.items())
-            started = ", ".join(f"{k}={v}" for k, v in pinned.items())
-            raise CheckpointMismatch(
-                f"checkpoint {args.checkpoint} was started with {started}; this run asks for "
-                f"{given}. Use the original options, or a new --checkpoint (and --output).")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(layout) + "\n")
-
-
-def run_stream(spark, args) -> RunReport:
-    """Run the streaming job until the trigger finishes (available-now) or it is stopped."""
-    pin_state_layout(args)
+def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
+    """Run the streaming job until the trigger finishes (available-now) or ``stop`` is
+    requested, and then stop it after the current micro-batch."""
+    pin_checkpoint(args)
+    layout = (args.backend, args.state_buckets, args.tws_state)
+    users_at_start = state_users_at_start(spark, args.checkpoint, *layout)
     # Validation splits the input before withWatermark: invalid rows never move event time.
     def classified_input(max_files_per_trigger):
         return classify(read_raw_stream(spark, args.events, args.format, max_files_per_trigger),
@@ -231,32 +318,59 @@ def run_stream(spark, args) -> RunReport:
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))
     query = apply_trigger(writer, args.trigger).start()
-    # The dead-letter query keeps its offsets inside the job's checkpoint: one --checkpoint
-    # resumes both.
-    # It has no watermark to step, so it takes whatever files are new in one micro-batch:
-    # --max-files-per-trigger would only multiply its per-batch cost.
+    # The dead-letter query has no watermark to step, so it takes whatever files are new in one
+    # micro-batch: --max-files-per-trigger would only multiply its per-batch cost.
     dead_letter_query = start_dead_letter_stream(
-        classified_input(None), args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter",
-        args.trigger)
-    progress = AttributionProgress(OUTPUT_METRICS, quiet=args.quiet)
+        classified_input(None), args.dead_letter, dead_letter_checkpoint(args), args.trigger)
+    progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet,
+                                   users_at_start=users_at_start,
+                                   users_by_change=users_counted_by_change(*layout))
+    late = LateRecords(spark, args)
     try:
         while not query.awaitTermination(1):
             progress.consume(query.recentProgress)
+            late.audit()
+            if stop is not None and stop.requested:
+                for running in (query, dead_letter_query):
+                    stop_after_current_batch(running)
+                break
             if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
                 query.stop()  # surface the dead-letter failure instead of running without it
                 raise dead_letter_query.exception()
         dead_letter_query.awaitTermination()
-    except KeyboardInterrupt:
-        print("stopping: interrupted; restart with the same --checkpoint to resume",
-              file=sys.stderr)
     finally:
         for running in (query, dead_letter_query):  # one failed: do not leave the other behind
             if running.isActive:
                 running.stop()
     progress.consume(query.recentProgress)
-    report = progress.report(mode="stream", backend=args.backend, output=args.output)
+    late.audit()
+    report = progress.report(mode="stream", backend=args.backend, output=args.output,
+                             stopped_by=stop.signal_name if stop is not None else None)
+    if args.config.revising:
+        report.extra["late accepted"] = late.accepted
+    report.extra["late records"] = f"{late.written} in {args.late_records}"
     report.extra["dead letter"] = args.dead_letter
     return report
+
+
+class LateRecords:
+    """The late-record output, kept up to date with the committed micro-batches
+    (``attribution.spark.late_records``); its counts for the report. Remote checkpoints are
+    not audited."""
+
+    def __init__(self, spark, args):
+        self.spark, self.args = spark, args
+        self.written = self.accepted = 0
+
+    def audit(self) -> None:
+        args = self.args
+        if "://" in args.checkpoint:
+            return
+        written, accepted = audit_late_records(
+            self.spark, args.checkpoint, args.late_records, args.format, args.max_future_skew_ms,
+            args.max_future_skew, args.config.allowed_lateness_ms)
+        self.written += written
+        self.accepted += accepted
 
 
 def run_batch(spark, args) -> RunReport:
@@ -264,42 +378,40 @@ def run_batch(spark, args) -> RunReport:
 
     The input is read twice, once for the dead letters and once for the attribution, rather than
     cached: the second scan builds nothing but each row's validity, where a cache would hold
-    every classified row in executor memory. Both passes judge --max-future-skew against one
-    fixed time, so they agree on every row. The counts come from observed metrics of the two
-    writes, not from extra jobs.
+    every classified row in executor memory. Every rule depends on the record and its file only,
+    so both passes agree on every row. The counts come from observed metrics of the two writes,
+    not from extra jobs.
     """
-    from datetime import datetime, timezone
-
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     started = time.monotonic()
     classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
-                          args.max_future_skew_ms, args.max_future_skew,
-                          now=datetime.now(timezone.utc))
+                          args.max_future_skew_ms, args.max_future_skew)
     rejected, read, emitted = (Observation(name) for name in ("dead_letters", "input", "output"))
     (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
      .write.mode("overwrite").parquet(args.dead_letter))
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")))
+    models = args.config.models
     (attribution_batch(events, config=args.config)
-     .observe(emitted, F.count(F.lit(1)).alias("goals"),
-              F.count("impression_id").alias("attributed"))
+     .observe(emitted, *output_metrics(models))
      .write.mode("overwrite").parquet(args.output))
+    attributed = {m: emitted.get[metric_name("attributed", m)] for m in models}
     return RunReport(mode="batch", backend="mapInArrow", output=args.output,
-                     input_rows=read.get["rows"], late_rows=0, goals=emitted.get["goals"],
-                     attributed=emitted.get["attributed"], batches=1,
+                     input_rows=read.get["rows"], late_rows=0,
+                     goals=emitted.get[metric_name("goals", models[0])],
+                     attributed=attributed[models[0]], attributed_by_model=attributed, batches=1,
                      seconds=time.monotonic() - started,
                      extra={"invalid": rejected.get["rows"], "dead letter": args.dead_letter})
 
 
-def run(spark, args) -> RunReport:
-    return run_batch(spark, args) if args.mode == "batch" else run_stream(spark, args)
+def run(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
+    """Run the job on ``spark`` as ``args`` say; a stream stops early once ``stop`` is
+    requested (a batch run finishes)."""
+    return run_batch(spark, args) if args.mode == "batch" else run_stream(spark, args, stop)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    spark = build_spark_session("attribution", master=args.master,
-                                shuffle_partitions=args.shuffle_partitions)
+def _ship_packages(spark) -> None:
     packages = ship_packages(spark)
     if packages is not None:
         # transformWithState starts one Python worker on the driver (Spark's "pre-init" runner),
@@ -310,21 +422,49 @@ def main(argv=None) -> int:
         environment = spark.sparkContext.environment
         environment["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(packages), environment.get("PYTHONPATH")) if p)
-    try:
-        report = run(spark, args)
-    except CheckpointMismatch as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # only a file Spark cannot decode is a user error; others propagate
-        explanation = unreadable_input(err)
-        if explanation is None:
-            raise
-        print(f"error: {explanation}", file=sys.stderr)
-        return 3
-    print(report.render())
+
+
+def main(argv=None) -> int:
+    """Run the job; returns its exit code (``commandline.exits.ExitCode``).
+
+    Whatever goes wrong ends with one ``error:`` line on stderr: the checks of ``preflight``
+    before Spark starts, a file Spark cannot decode, and anything unforeseen (its traceback goes
+    to the log file the line names).
+    """
+    args = parse_args(argv)
+    with StopRequests(announce="stopping after the current micro-batch") as stop:
+        log_file = report = None
+        try:
+            preflight(args)
+            spark, log_file = start_spark("attribution", args.master, args.shuffle_partitions,
+                                          args.log_file, args.quiet, stop)
+            if not stop.requested:
+                _ship_packages(spark)
+                report = run(spark, args, stop)
+        except Failure as failure:
+            return report_failure(failure)
+        except Exception as err:
+            if stop.requested:  # e.g. SIGTERM sent to the whole process group: the JVM is gone
+                print(f"stopped by {stop.signal_name}, which reached Spark too and ended it; "
+                      "rerun with the same --checkpoint to resume (a micro-batch it cut short is "
+                      "redone)", file=sys.stderr)
+                return int(stop.exit_code)
+            explanation = unreadable_input(err)  # a file Spark cannot decode is the user's
+            if explanation is None:
+                return report_failure(unexpected_failure(err, log_file or args.log_file))
+            where = f" Spark's log: {log_file}." if log_file else ""
+            return report_failure(Failure(ExitCode.INPUT, explanation + where))
+    if report is None:  # the signal came while Spark was starting
+        print(f"stopped by {stop.signal_name} before the first micro-batch; nothing was written",
+              file=sys.stderr)
+        return int(stop.exit_code)
+    print(report.render(), flush=True)
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.as_dict(), indent=2) + "\n")
-    return 0
+    if stop.requested:
+        print(f"stopped by {stop.signal_name}; rerun with the same --checkpoint to resume",
+              file=sys.stderr)
+    return int(stop.exit_code)
 
 
 if __name__ == "__main__":

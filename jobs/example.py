@@ -12,8 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from attribution.io import read_attributions
 from attribution.oracle import sort_key
+from attribution.spark.output import read_attribution_rows
 from generators.dataset import generate
 from generators.params import GeneratorParams
 from jobs import attribution_job
@@ -42,8 +42,8 @@ def main(argv=None) -> int:
         job_args += ["--backend", args.backend]
     status = attribution_job.main(job_args)
 
-    produced = sorted(read_attributions(out / "attributions"), key=sort_key)
-    truth = sorted(read_attributions(dataset.truth_path), key=sort_key)
+    produced = sorted(read_attribution_rows(out / "attributions"), key=sort_key)
+    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
     same = produced == truth
     print(f"  matches batch oracle: {'yes' if same else 'NO'} "
           f"({len(produced)} rows vs {len(truth)} in {dataset.truth_path})")

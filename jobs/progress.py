@@ -1,19 +1,74 @@
 """Per-micro-batch progress lines and the final run report of a streaming job.
 
-Everything is read from Spark's own ``StreamingQueryProgress``: input rows, late rows dropped by
-the stateful operator (``numRowsDroppedByWatermark``), state rows, the watermark, and the
-observed metrics the pipeline attaches to its output (goals, attributed, organic).
+Everything is read from Spark's own ``StreamingQueryProgress``: input rows, the micro-batch's
+duration (``durationMs.triggerExecution``) and rates (``inputRowsPerSecond``,
+``processedRowsPerSecond``), late rows dropped by the stateful operator
+(``numRowsDroppedByWatermark``), the state's size (RocksDB's SST files), the watermark, and the
+observed metrics the pipeline attaches to its output (goals and attributed goals per model,
+``attribution.spark.pipeline.output_metrics``, and the change in users held where Spark's state
+row count is not a user count).
+
+The progress line and the report use the same names for the same numbers: "attributed" is
+always the goals credited to an impression, "organic" the others, "goals" both; with several
+models, "attributed" and "organic" are given per model.
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional, TextIO
+from typing import Iterable, Mapping, Optional, Sequence, TextIO
+
+from attribution.config import DEFAULT_MODELS
+from attribution.spark.pipeline import metric_name
+
+# Spark reports the watermark as epoch 0 until the first micro-batch with data has set one.
+NO_WATERMARK = "1970-01-01T00:00:00.000Z"
+_LABEL_WIDTH = 15
+
+
+def watermark_text(watermark: Optional[str]) -> str:
+    """Spark's watermark, or ``"none yet"`` while it has not been set."""
+    return "none yet" if watermark in (None, NO_WATERMARK) else watermark
+
+
+def rate_text(rows_per_second: Optional[float]) -> str:
+    """A rate in rows per second, to three significant figures or so."""
+    if rows_per_second is None or rows_per_second != rows_per_second:  # None or NaN
+        return "n/a"
+    if rows_per_second >= 100:
+        return f"{rows_per_second:,.0f} rows/s"
+    return f"{rows_per_second:.3g} rows/s"
+
+
+def size_text(size: Optional[int]) -> str:
+    """A byte count in B, KB, MB or GB (powers of 1024)."""
+    if size is None:
+        return "n/a"
+    value, unit = float(size), "B"
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def _count(value: Optional[int]) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def per_model(counts: Mapping[str, int]) -> str:
+    """``last_touch 80, linear 78``: a count per model."""
+    return ", ".join(f"{m} {n}" for m, n in counts.items())
 
 
 @dataclass
 class RunReport:
-    """What a job run did, for the final report and ``--report-json``."""
+    """What a job run did, for the final report and ``--report-json``.
+
+    Every model gives rows for every goal, so ``goals`` is one number; ``attributed_by_model``
+    counts, per model, the goals it credited to impressions, and ``attributed`` is the first
+    model's count (the only one of a run of one model).
+    """
 
     mode: str
     backend: str
@@ -22,10 +77,14 @@ class RunReport:
     late_rows: int = 0
     goals: int = 0
     attributed: int = 0
+    attributed_by_model: dict = field(default_factory=dict)
     batches: int = 0
     seconds: float = 0.0
-    state_rows: Optional[int] = None
+    state_rows: Optional[int] = None      # Spark's state row count (buckets, or entries)
+    users_in_state: Optional[int] = None
+    state_bytes: Optional[int] = None     # the state store's files (RocksDB SST files)
     watermark: Optional[str] = None
+    stopped_by: Optional[str] = None      # "SIGINT" or "SIGTERM" when a signal stopped the run
     extra: dict = field(default_factory=dict)
     history: list = field(default_factory=list)  # one dict per micro-batch
 
@@ -37,34 +96,59 @@ class RunReport:
         return {**asdict(self), "organic": self.organic}
 
     def render(self) -> str:
-        lines = [
-            f"attribution {self.mode} run ({self.backend}) finished in {self.seconds:.1f}s "
-            f"over {self.batches} batch(es)",
-            f"  input events : {self.input_rows}",
-            f"  late dropped : {self.late_rows}",
-            f"  goals        : {self.goals}",
-            f"  attributed   : {self.attributed}",
-            f"  organic      : {self.organic}",
-        ]
-        lines += [f"  {k:<13}: {v}" for k, v in self.extra.items()]
-        if self.state_rows is not None:
-            lines.append(f"  state rows   : {self.state_rows}")
-        if self.watermark:
-            lines.append(f"  watermark    : {self.watermark}")
-        lines.append(f"  output       : {self.output}")
-        return "\n".join(lines)
+        ending = f"stopped by {self.stopped_by}" if self.stopped_by else "finished"
+        fields = [("input rows", self.input_rows)]
+        if self.mode == "stream":
+            fields.append(("processed", rate_text(self.input_rows / self.seconds
+                                                  if self.seconds else None)))
+        fields += [("late dropped", self.late_rows), ("goals", self.goals)]
+        if len(self.attributed_by_model) > 1:
+            fields += [("attributed", per_model(self.attributed_by_model)),
+                       ("organic", per_model({m: self.goals - a for m, a
+                                              in self.attributed_by_model.items()}))]
+        else:
+            fields += [("attributed", self.attributed), ("organic", self.organic)]
+        fields += list(self.extra.items())
+        if self.mode == "stream":
+            fields += [("users in state", _count(self.users_in_state)),
+                       ("state size", size_text(self.state_bytes)),
+                       ("watermark", watermark_text(self.watermark))]
+        fields.append(("output", self.output))
+        return "\n".join([f"attribution {self.mode} run ({self.backend}) {ending} in "
+                          f"{self.seconds:.1f}s over {self.batches} batch(es)"]
+                         + [f"  {label:<{_LABEL_WIDTH}}: {value}" for label, value in fields])
 
 
 class BatchProgress:
-    """Turns ``query.recentProgress`` into one stderr line per new micro-batch, and totals."""
+    """Turns ``query.recentProgress`` into one stderr line per new micro-batch, and totals.
 
-    def __init__(self, metrics_name: str, quiet: bool = False, stream: TextIO = sys.stderr):
+    :param metrics_name: the observed metrics of the output (per model goals and attributed,
+        users_change).
+    :param models: the models of the run, whose metrics are read.
+    :param quiet: keep the totals, print nothing.
+    :param stream: where the lines go.
+    :param users_at_start: for layouts that report users by change
+        (``pipeline.users_counted_by_change``), the users held when the run started (from
+        ``checkpoint.state_users_at_start``); the count then follows the reported changes.
+        ``None`` takes Spark's state row count as the user count.
+    :param users_by_change: the layout reports users by change; with ``users_at_start``
+        unknown (``None``), the user count is then unknown too.
+    """
+
+    def __init__(self, metrics_name: str, models: Sequence[str] = DEFAULT_MODELS,
+                 quiet: bool = False, stream: TextIO = sys.stderr,
+                 users_at_start: Optional[int] = None, users_by_change: bool = False):
         self.metrics_name = metrics_name
+        self.models = tuple(models)
         self.quiet = quiet
         self.stream = stream
+        self.users_by_change = users_by_change
         self.seen: set[int] = set()
-        self.totals = {"input": 0, "late": 0, "goals": 0, "attributed": 0, "millis": 0}
+        self.totals = {"input": 0, "late": 0, "goals": 0, "millis": 0,
+                       "attributed": dict.fromkeys(self.models, 0)}
         self.state_rows: Optional[int] = None
+        self.users_in_state: Optional[int] = users_at_start
+        self.state_bytes: Optional[int] = None
         self.watermark: Optional[str] = None
         self.history: list[dict] = []
 
@@ -80,29 +164,52 @@ class BatchProgress:
         ops = p.stateOperators or []
         late = sum(op.numRowsDroppedByWatermark for op in ops)
         state_rows = sum(op.numRowsTotal for op in ops) if ops else None
+        sizes = [(op.customMetrics or {}).get("rocksdbSstFileSize") for op in ops]
+        state_bytes = sum(sizes) if sizes and None not in sizes else None
         observed = (p.observedMetrics or {}).get(self.metrics_name)
-        goals = observed["goals"] if observed is not None else 0
-        attributed = observed["attributed"] if observed is not None else 0
+        by_model = {m: observed[metric_name("attributed", m)] if observed is not None else 0
+                    for m in self.models}
+        # Every model gives rows for every goal: any model's count is the goals'.
+        goals = observed[metric_name("goals", self.models[0])] if observed is not None else 0
+        attributed = by_model[self.models[0]]
+        if not self.users_by_change:
+            self.users_in_state = state_rows
+        elif self.users_in_state is not None and observed is not None:
+            self.users_in_state += observed["users_change"]
         watermark = (p.eventTime or {}).get("watermark")
+        millis = (p.durationMs or {}).get("triggerExecution", 0)
         t = self.totals
         t["input"] += p.numInputRows
         t["late"] += late
         t["goals"] += goals
-        t["attributed"] += attributed
-        t["millis"] += (p.durationMs or {}).get("triggerExecution", 0)
-        self.state_rows, self.watermark = state_rows, watermark
-        self.history.append({"batch": p.batchId, "input": p.numInputRows, "late": late,
+        for m, n in by_model.items():
+            t["attributed"][m] += n
+        t["millis"] += millis
+        self.state_rows, self.state_bytes, self.watermark = state_rows, state_bytes, watermark
+        self.history.append({"batch": p.batchId, "input": p.numInputRows, "duration_ms": millis,
+                             "input_rate": p.inputRowsPerSecond,
+                             "processed_rate": p.processedRowsPerSecond, "late": late,
                              "goals": goals, "attributed": attributed,
-                             "state_rows": state_rows, "watermark": watermark})
+                             "attributed_by_model": by_model, "state_rows": state_rows,
+                             "users_in_state": self.users_in_state, "state_bytes": state_bytes,
+                             "watermark": watermark})
         if not self.quiet:
-            print(f"batch {p.batchId}: input {p.numInputRows} rows, late dropped {late}, "
-                  f"goals attributed {goals} ({attributed} to an impression, "
-                  f"{goals - attributed} organic), state rows {state_rows}, "
-                  f"watermark {watermark}", file=self.stream, flush=True)
+            if len(self.models) > 1:
+                credited = f"attributed per model: {per_model(by_model)}"
+            else:
+                credited = f"attributed {attributed}, organic {goals - attributed}"
+            print(f"batch {p.batchId}: input {p.numInputRows} rows in {millis / 1000:.1f} s "
+                  f"(input {rate_text(p.inputRowsPerSecond)}, processed "
+                  f"{rate_text(p.processedRowsPerSecond)}), late dropped {late}, goals {goals} "
+                  f"({credited}), users in state "
+                  f"{_count(self.users_in_state)}, state size {size_text(state_bytes)}, "
+                  f"watermark {watermark_text(watermark)}", file=self.stream, flush=True)
 
     def report(self, **fields) -> RunReport:
         t = self.totals
         return RunReport(input_rows=t["input"], late_rows=t["late"], goals=t["goals"],
-                         attributed=t["attributed"], batches=len(self.seen),
+                         attributed=t["attributed"][self.models[0]],
+                         attributed_by_model=dict(t["attributed"]), batches=len(self.seen),
                          seconds=t["millis"] / 1000, state_rows=self.state_rows,
+                         users_in_state=self.users_in_state, state_bytes=self.state_bytes,
                          watermark=self.watermark, history=list(self.history), **fields)

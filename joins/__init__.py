@@ -10,11 +10,26 @@ rows per micro-batch. See the README section "Stream-to-stream joins".
 from .build import JoinResult, filter_above_watermark, stream_join
 from .cleanup import ExpectedCleanup, SideCleanup
 from .guardrails import UnboundedStateError, UnsupportedOuterJoinError
-from .inspect import (CleanupMismatch, DetectedSide, InspectionError, JoinInspection,
-                      assert_cleanup, check_cleanup, inspect_join, inspect_joins, parse_plan)
+from .inspect import (
+                      CleanupMismatch,
+                      DetectedSide,
+                      InspectionError,
+                      JoinInspection,
+                      assert_cleanup,
+                      check_cleanup,
+                      inspect_join,
+                      inspect_joins,
+                      parse_plan,
+)
 from .metrics import JoinStateCollector, JoinStateRows, join_state_rows
-from .spec import (JOIN_TYPES, STRATEGIES, JoinSide, JoinSpecError, StateKeyCondition,
-                   StateValueCondition)
+from .spec import (
+                      JOIN_TYPES,
+                      STRATEGIES,
+                      JoinSide,
+                      JoinSpecError,
+                      StateKeyCondition,
+                      StateValueCondition,
+)
 
 __all__ = [
     "JoinSide", "StateKeyCondition", "StateValueCondition", "JOIN_TYPES", "STRATEGIES",

@@ -14,8 +14,16 @@ from typing import Optional, Sequence
 from .cleanup import ExpectedCleanup, SideFacts, expected_cleanup
 from .durations import spark_interval
 from .guardrails import check_join
-from .spec import (JoinSide, JoinSpecError, KeySpec, StateKeyCondition, StateValueCondition,
-                   normalize_join_type, normalize_keys, validate_conditions)
+from .spec import (
+    JoinSide,
+    JoinSpecError,
+    KeySpec,
+    StateKeyCondition,
+    StateValueCondition,
+    normalize_join_type,
+    normalize_keys,
+    validate_conditions,
+)
 
 # The column metadata key under which Spark marks a column as watermarked (EventTimeWatermark).
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"

@@ -1,4 +1,4 @@
-"""The project's one duration parser and formatter.
+"""The project's one duration parser and formatter, and event times as epoch milliseconds.
 
 Every command line and API of the project takes durations the same way: ``"<number> <unit>"``
 (``"10 minutes"``, ``"2s"``, ``"1.5 h"``), or an ``int`` of milliseconds from code. A bare number
@@ -20,6 +20,7 @@ MS_PER_DAY = 24 * MS_PER_HOUR
 MS_PER_WEEK = 7 * MS_PER_DAY
 
 Duration = Union[str, int, _dt.timedelta]
+EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 _UNITS_MS = {
     "ms": 1, "millisecond": 1, "milliseconds": 1,
@@ -97,3 +98,14 @@ def spark_interval(ms: int) -> str:
     if ms % MS_PER_SECOND:
         return f"{ms} milliseconds"
     return f"{ms // MS_PER_SECOND} seconds"
+
+
+def ms_to_datetime(ms: int) -> _dt.datetime:
+    """Epoch milliseconds to an aware UTC datetime."""
+    return EPOCH + _dt.timedelta(milliseconds=ms)
+
+
+def ms_to_iso(ms: int) -> str:
+    """Epoch milliseconds to the JSON-lines form of an event time, e.g.
+    ``1970-01-01T12:01:00.000Z``."""
+    return ms_to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

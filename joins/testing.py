@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Optional
 
-from attribution.events import ms_to_iso
+from .durations import ms_to_iso
 
 STEP_SCHEMA = "side STRING, id STRING, ts TIMESTAMP"
 

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: one SparkSession for the whole run, and paths to shared data."""
+"""Fixtures of every tier: one SparkSession for the whole run, and the chapter 7 dataset."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CH7_DIR = ROOT.parent / "shared" / "data" / "ch7"
+from support import CH7_DIR, stage_in_arrival_order
 
 
 @pytest.fixture(scope="session")
@@ -24,25 +23,8 @@ def spark():
 
 @pytest.fixture(scope="session")
 def ch7_dir() -> Path:
-    """The chapter 7 dataset as one JSON-lines file per arrival step (shared/data/ch7)."""
-    if not CH7_DIR.is_dir():
-        pytest.fail(f"shared data missing: {CH7_DIR}")
+    """The chapter 7 dataset as one JSON-lines file per arrival step (tests/data/ch7)."""
     return CH7_DIR
-
-
-def stage_in_arrival_order(files, dest: Path) -> Path:
-    """Copy event files into ``dest`` with strictly increasing modification times.
-
-    Spark's file source orders new files by modification time, not by name; files checked out
-    together share one, so a stream would read them in arbitrary order.
-    """
-    import shutil
-
-    dest.mkdir(parents=True, exist_ok=True)
-    for n, f in enumerate(files):
-        target = Path(shutil.copy(f, dest))
-        os.utime(target, (1_600_000_000 + n, 1_600_000_000 + n))
-    return dest
 
 
 @pytest.fixture

@@ -1,0 +1,166 @@
+"""The checkpoint's record of the state layout and the input: written on a query's first run,
+checked later; and the number of users its state holds.
+
+Spark refuses some incompatible restarts itself (a changed key type) but not all: under another
+bucket count a user hashes to another key, and its state would silently be lost. The options
+that shape the state are therefore written into the checkpoint and compared on every start.
+So are the attribution models: a model added to a running query would find none of its own
+consumption in the state, and credit impressions that it had already credited. So are the input
+directory and format: Spark's file source would fail on another directory with a long trace, or
+read files of another format as nothing at all.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from ..config import DEFAULT_MODELS, AttributionConfig
+from .apply_in_pandas import STATE_COLUMN_FORMAT
+from .pipeline import ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS, users_counted_by_change
+
+
+class CheckpointMismatch(ValueError):
+    """The options that shape the state differ from those the checkpoint was started with."""
+
+
+LAYOUT_FILE = "attribution-state-layout.json"
+INPUT_KEYS = ("events", "format")  # the input's entries in LAYOUT_FILE
+
+
+def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_state: str,
+                     config: AttributionConfig = AttributionConfig(), *,
+                     events: Optional[str] = None, input_format: Optional[str] = None) -> str:
+    """Record the state layout (and the input) in the checkpoint on its first run; refuse a
+    different one later.
+
+    :param checkpoint: the query's checkpoint directory.
+    :param backend: one of ``pipeline.BACKENDS``.
+    :param state_buckets: applyInPandasWithState's bucket count (0 = one key per user).
+    :param tws_state: transformWithState's state layout.
+    :param config: the attribution rules; their models, and the half-life when ``time_decay``
+        is one of them, are pinned (a layout written before models existed means
+        ``last_touch`` alone).
+    :param events: the input directory (recorded as an absolute path; ``None``: not checked).
+    :param input_format: the input format (``None``: not checked).
+    :returns: how bucket numbers become keys for this checkpoint (``ALIGNED_BUCKET_KEYS``, or
+        ``INDEX_BUCKET_KEYS`` for checkpoints started before aligned keys existed).
+    :raises CheckpointMismatch: the checkpoint was started with another layout or input.
+
+    Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
+    hashes to another key than under 64, and its state would silently be lost. The format of
+    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is how
+    bucket numbers become keys, which is not an option but the checkpoint's.
+    A layout file of a version that did not record the input is accepted with any input, which
+    is then recorded. (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get
+    "aligned" keys.)
+    """
+    bucket_keys = ALIGNED_BUCKET_KEYS
+    if "://" in checkpoint:
+        return bucket_keys
+    source = {}
+    if events is not None:
+        source["events"] = events if "://" in events else str(Path(events).resolve())
+    if input_format is not None:
+        source["format"] = input_format
+    layout = {"backend": backend}
+    if backend == "applyInPandasWithState":
+        layout["state_buckets"] = state_buckets
+        layout["state_column"] = STATE_COLUMN_FORMAT
+        layout["bucket_keys"] = bucket_keys
+    else:
+        layout["tws_state"] = tws_state
+    layout["models"] = list(config.models)
+    if "time_decay" in config.models:
+        layout["half_life_ms"] = config.half_life_ms
+    # Revisions keep other state (open goals) and another Spark watermark; recorded only when
+    # on, so that a layout without them means neither.
+    if config.allowed_lateness_ms:
+        layout["allowed_lateness_ms"] = config.allowed_lateness_ms
+    if config.early_results:
+        layout["early_results"] = True
+    path = Path(checkpoint) / LAYOUT_FILE
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        _check_input(checkpoint, recorded, source)
+        pinned = {k: v for k, v in recorded.items() if k not in INPUT_KEYS}
+        if pinned.get("backend") == "applyInPandasWithState":
+            pinned.setdefault("state_column", "binary")  # versions before the text column
+            if pinned["state_column"] != STATE_COLUMN_FORMAT:
+                raise CheckpointMismatch(
+                    f"checkpoint {checkpoint} holds applyInPandasWithState state in the "
+                    f"{pinned['state_column']} column of an earlier version of this job, which "
+                    f"this version cannot read (it stores {STATE_COLUMN_FORMAT}). Finish that "
+                    "query with the version that started it, or start a new --checkpoint (and "
+                    "--output).")
+            # Checkpoints started before aligned keys hold their users under bucket numbers.
+            pinned.setdefault("bucket_keys", INDEX_BUCKET_KEYS)
+            bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
+        pinned.setdefault("models", list(DEFAULT_MODELS))  # versions before models existed
+        if pinned != layout:
+            given = ", ".join(f"{k}={_text(v)}" for k, v in layout.items())
+            started = ", ".join(f"{k}={_text(v)}" for k, v in pinned.items())
+            raise CheckpointMismatch(
+                f"checkpoint {checkpoint} was started with {started}; this run asks for "
+                f"{given}. Use the original options, or a new --checkpoint (and --output).")
+        unrecorded = {k: v for k, v in source.items() if k not in recorded}
+        if unrecorded:
+            path.write_text(json.dumps({**recorded, **unrecorded}) + "\n")
+        return bucket_keys
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**layout, **source}) + "\n")
+    return bucket_keys
+
+
+def _text(value) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
+
+
+def _check_input(checkpoint: str, recorded: dict, source: dict) -> None:
+    if "events" in recorded and "events" in source and recorded["events"] != source["events"]:
+        raise CheckpointMismatch(
+            f"checkpoint {checkpoint} was started on --events {recorded['events']}; this run "
+            f"reads {source['events']}. A checkpoint follows one input directory: rerun with "
+            f"--events {recorded['events']}, or give a new --checkpoint (and --output).")
+    if "format" in recorded and "format" in source and recorded["format"] != source["format"]:
+        raise CheckpointMismatch(
+            f"checkpoint {checkpoint} was started with --format {recorded['format']}; this run "
+            f"asks for --format {source['format']}. Rerun with --format {recorded['format']}, "
+            "or give a new --checkpoint (and --output).")
+
+
+def committed(checkpoint: str) -> bool:
+    """True when a query has committed a micro-batch under ``checkpoint`` (local paths)."""
+    commits = Path(checkpoint) / "commits"
+    return commits.is_dir() and any(not p.name.startswith(".") for p in commits.iterdir())
+
+
+def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: int,
+                         tws_state: str) -> Optional[int]:
+    """How many users the checkpoint's state holds after its last committed micro-batch, for
+    the layouts whose progress counts users by change (``pipeline.users_counted_by_change``).
+
+    :returns: 0 for a checkpoint with nothing committed; the count read from the state with
+        Spark's state data source otherwise (one Spark job, at start only); ``None`` for the
+        other layouts (Spark's own row count is the user count there) and remote checkpoints.
+    """
+    if not users_counted_by_change(backend, state_buckets, tws_state) or "://" in checkpoint:
+        return None
+    if not committed(checkpoint):
+        return 0
+    from pyspark.sql import functions as F
+
+    if backend == "transformWithState":  # the declared layout: one "wakeup" value per user
+        return (spark.read.format("statestore").option("stateVarName", "wakeup")
+                .load(checkpoint).count())
+    from .apply_in_pandas import bucket_user_count
+
+    @F.pandas_udf("long")
+    def users(states: pd.Series) -> pd.Series:
+        return states.map(bucket_user_count)
+
+    states = spark.read.format("statestore").load(checkpoint)
+    total = states.select(F.sum(users("value.groupState.state"))).first()[0]
+    return int(total or 0)

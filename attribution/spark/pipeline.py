@@ -1,0 +1,209 @@
+"""Assembles the attribution query on Spark: events DataFrame in, attribution DataFrame out.
+
+Streaming: ``withWatermark`` on ``ts`` first (so heartbeats advance event time), then heartbeats
+are dropped, then the per-user stateful operator of the chosen backend runs the core. Batch: the
+same core per user over all input, fired at a watermark of +infinity.
+
+Both outputs carry Spark *observed metrics* (goals and attributed goals per model, see
+``output_metrics``) so that progress lines and the final report count what was really emitted;
+the stream's also carry the change in the number of users held in state where Spark's state row
+count is not that number (``users_counted_by_change``).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..config import AttributionConfig, spark_interval
+from ..schema import OUTPUT_SCHEMA
+from .apply_in_pandas import (
+    BUCKET_COLUMN,
+    STATE_DDL,
+    make_batch_function,
+    make_bucket_state_function,
+    make_group_state_function,
+)
+from .bucket_keys import aligned_bucket_keys
+from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS, STATE_USERS_CHANGE
+from .types import spark_struct
+
+BACKENDS = ("applyInPandasWithState", "transformWithState")
+# The faster of the two on the benchmark (benchmarks/streaming; README, Performance):
+# applyInPandasWithState keyed by hash buckets of users, so its per-key pandas cost is paid per
+# bucket, not per user.
+DEFAULT_BACKEND = "applyInPandasWithState"
+# applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small
+# cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per
+# user. Fixed by a query's first run, like the shuffle partitions.
+DEFAULT_STATE_BUCKETS = 64
+# How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
+# buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
+# started before it use, and must keep using.
+ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS = "aligned", "index"
+BUCKET_KEY_SCHEMES = (ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS)
+OUTPUT_METRICS = "attribution_output"
+TWS_STATE_LAYOUTS = ("compact", "declared")
+DEFAULT_TWS_STATE = "compact"
+
+
+def drop_heartbeats(watermarked: DataFrame) -> DataFrame:
+    """Remove heartbeats *after* the watermark has seen them.
+
+    A plain ``event_type != 'heartbeat'`` filter does not reference the event-time column, so
+    Spark's optimizer pushes it below ``EventTimeWatermark`` (and into the file scan): heartbeats
+    would vanish before advancing event time. Referencing ``ts`` keeps the filter above it.
+    ``ts`` is never null here (validation rejects such records), so the extra term is inert.
+    """
+    return watermarked.filter((F.col("event_type") != F.lit("heartbeat")) | F.col("ts").isNull())
+
+
+def _stateful_input(events: DataFrame) -> DataFrame:
+    """Heartbeats out (after the watermark saw them), epoch-ms time alongside ``ts``."""
+    return (drop_heartbeats(events)
+                  .withColumn("ts_ms", F.unix_millis("ts"))
+                  .select(*INPUT_COLUMNS))
+
+
+def _packed_input(events: DataFrame) -> DataFrame:
+    """Heartbeats out; ``user_id``, ``ts``, the event as one JSON column (``PACKED_KEYS``) and
+    the times the bucket function decides on (``ts_ms``, and ``goal_ms`` for goals).
+
+    For applyInPandasWithState, which builds pandas columns once per key per micro-batch:
+    measured on 100k events keyed by user, one packed column instead of nine halves that cost.
+    """
+    ts_ms = F.unix_millis("ts")
+    packed = F.to_json(F.struct(*((ts_ms if field == "ts_ms" else F.col(field)).alias(key)
+                                  for field, key in PACKED_KEYS.items())))
+    is_goal = (F.col("event_type") == F.lit("visit")) & F.coalesce(F.col("is_goal"), F.lit(False))
+    return drop_heartbeats(events).select(
+        "user_id", "ts", packed.alias(PACKED_COLUMN), ts_ms.alias("ts_ms"),
+        F.when(is_goal, ts_ms).alias("goal_ms"))
+
+
+def output_metrics(models: Sequence[str]) -> list[Column]:
+    """Aggregates of output rows, per model ``m``: ``goals_m``, the goals it gave rows for, and
+    ``attributed_m``, those credited to impressions.
+
+    A model gives a goal one row per credited impression, so rows are not goals. But an
+    attributed goal's credits sum to 1 (within 1e-9) and an organic goal has one row of credit
+    0: the sum of a model's credits, rounded, is its attributed goals, and its organic rows the
+    rest. (Observed metrics allow no distinct count.) Marker rows (no model) count nowhere.
+    """
+    metrics = []
+    for m in models:
+        mine = F.col("model") == F.lit(m)
+        attributed = F.round(F.coalesce(F.sum(F.when(mine, F.col("credit"))), F.lit(0.0)))
+        organic = F.count(F.when(mine & F.col("impression_id").isNull(), 1))
+        metrics += [(attributed.cast("long") + organic).alias(metric_name("goals", m)),
+                    attributed.cast("long").alias(metric_name("attributed", m))]
+    return metrics
+
+
+def metric_name(what: str, model: str) -> str:
+    """The name of a per-model metric of ``output_metrics``: ``goals`` or ``attributed``."""
+    return f"{what}_{model}"
+
+
+def users_counted_by_change(backend: str, state_buckets: Optional[int], tws_state: str) -> bool:
+    """True for the layouts whose stateful function reports the change in users it holds
+    (``frames.STATE_USERS_CHANGE``): Spark's state row count is then buckets
+    (applyInPandasWithState over hash buckets) or state entries (transformWithState's declared
+    layout), not users. With one key and one row per user it is the user count itself."""
+    if backend == "applyInPandasWithState":
+        return bool(state_buckets)
+    return tws_state == "declared"
+
+
+def _observe_output(rows: DataFrame, models: Sequence[str],
+                    users_by_change: bool = False) -> DataFrame:
+    """Attach the output metrics; with ``users_by_change``, also sum the marker rows' changes in
+    users held (``users_change``) and drop the marker rows."""
+    users_change = (F.coalesce(F.sum(STATE_USERS_CHANGE), F.lit(0)) if users_by_change
+                    else F.lit(0).cast("long"))
+    observed = rows.observe(OUTPUT_METRICS, *output_metrics(models),
+                            users_change.alias("users_change"))
+    if not users_by_change:
+        return observed
+    return observed.filter(F.col(STATE_USERS_CHANGE).isNull()).drop(STATE_USERS_CHANGE)
+
+
+def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
+                       config: AttributionConfig = AttributionConfig(),
+                       backend: str = DEFAULT_BACKEND,
+                       tws_state: str = DEFAULT_TWS_STATE,
+                       state_buckets: Optional[int] = DEFAULT_STATE_BUCKETS,
+                       bucket_keys: str = ALIGNED_BUCKET_KEYS) -> DataFrame:
+    """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
+
+    ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
+    ``compact`` (one value per user, the fast one) or ``declared`` (list states per entry).
+    ``state_buckets`` (applyInPandasWithState only) keys the state by that many hash buckets of
+    ``user_id``, so one call serves many users (see ``group_state.make_bucket_state_function``);
+    0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
+    and must not change under an existing checkpoint; so is ``bucket_keys`` (one of
+    ``BUCKET_KEY_SCHEMES``).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if tws_state not in TWS_STATE_LAYOUTS:
+        raise ValueError(f"unknown transformWithState state layout {tws_state!r}; choose one of "
+                         f"{', '.join(TWS_STATE_LAYOUTS)}")
+    if bucket_keys not in BUCKET_KEY_SCHEMES:
+        raise ValueError(f"unknown bucket key scheme {bucket_keys!r}; choose one of "
+                         f"{', '.join(BUCKET_KEY_SCHEMES)}")
+    # Spark's watermark trails the on-time one by the allowed lateness, so that records up to
+    # that late reach the stateful function (see ``frames.on_time_watermark``).
+    watermarked = events.withWatermark(
+        "ts", spark_interval(watermark_delay_ms + config.allowed_lateness_ms))
+    users_by_change = users_counted_by_change(backend, state_buckets, tws_state)
+    output_type = spark_struct(OUTPUT_SCHEMA)
+    if users_by_change:
+        output_type = output_type.add(T.StructField(STATE_USERS_CHANGE, T.LongType()))
+    if backend == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        packed = _packed_input(watermarked)
+        if state_buckets:
+            bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
+            if bucket_keys == ALIGNED_BUCKET_KEYS:
+                table = F.array(*(F.lit(k).cast("long") for k in aligned_bucket_keys(state_buckets)))
+                bucket = F.element_at(table, (bucket + 1).cast("int"))
+            grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)
+            function = make_bucket_state_function(config)
+        else:
+            grouped, function = packed.groupBy("user_id"), make_group_state_function(config)
+        rows = grouped.applyInPandasWithState(
+            function, outputStructType=output_type, stateStructType=STATE_DDL,
+            outputMode="append", timeoutConf=GroupStateTimeout.EventTimeTimeout)
+    else:
+        from .transform_with_state import AttributionProcessor, CompactAttributionProcessor
+
+        processor = (CompactAttributionProcessor if tws_state == "compact"
+                     else AttributionProcessor)(config)
+        rows = _stateful_input(watermarked).groupBy("user_id").transformWithState(
+            processor, outputStructType=output_type,
+            outputMode="Append", timeMode="EventTime")
+    return _observe_output(rows, config.models, users_by_change)
+
+
+def attribution_batch(events: DataFrame, config: AttributionConfig = AttributionConfig()) -> DataFrame:
+    """Batch mode: the same core per user over the whole input, watermark at +infinity.
+
+    Each user's events are brought together by a hash partitioning and a sort on ``user_id``,
+    and a partition at a time goes through the core in Arrow (no pandas frame per user).
+    """
+    rows = (_stateful_input(events).repartition("user_id").sortWithinPartitions("user_id")
+            .mapInArrow(make_batch_function(config), schema=spark_struct(OUTPUT_SCHEMA)))
+    return rows
+
+
+def apply_trigger(writer, trigger: str):
+    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval."""
+    if trigger == "available-now":
+        return writer.trigger(availableNow=True)
+    if trigger == "once":
+        return writer.trigger(once=True)
+    return writer.trigger(processingTime=trigger)

@@ -1,0 +1,174 @@
+"""The benchmark's inputs: generating a dataset with the project's generator, and the facts about
+it that runs are checked against (the native count's closed windows, the core's state)."""
+from __future__ import annotations
+
+import io
+import time
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from attribution.config import DEFAULT_WATERMARK_DELAY, AttributionConfig, parse_duration_ms
+
+from .kinds import NATIVE_WINDOW
+from .report import log
+
+
+@dataclass
+class Dataset:
+    """A generated input and the facts every run is checked against."""
+
+    label: str
+    root: Path
+    events_dir: Path
+    records: int                  # input records, heartbeat included
+    files: int                    # event files, heartbeat file included
+    final_watermark_ms: int       # the watermark once the heartbeat has been read
+    watermark_delay: str
+    config: AttributionConfig
+    goals: int = 0
+    attributed: int = 0
+
+
+def _events_per_user(base: dict) -> float:
+    """Mean records per user for these generator settings, from a small in-memory probe."""
+    from generators.dataset import build
+    from generators.params import GeneratorParams
+
+    probe = build(GeneratorParams(**{**base, "users": 2_000}))
+    return len(probe.events) / 2_000
+
+
+def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
+                 **overrides) -> Dataset:
+    """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under ``root``."""
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    base = {"seed": seed, "format": "parquet", "files": files, "heartbeat": True,
+            "watermark_delay": DEFAULT_WATERMARK_DELAY, **overrides}
+    users = max(2, round(events / _events_per_user(base)))
+    params = GeneratorParams(**{**base, "users": users})
+    started = time.perf_counter()
+    result = generate(params, root, truth=False, plot=False, overwrite=True)
+    log(f"generated {label}: {result.records:,} records for {users:,} users in "
+        f"{len(result.event_files)} files ({time.perf_counter() - started:.1f}s) under {root}")
+    heartbeat = result.manifest["heartbeat"]["ts_ms"]
+    return Dataset(label=label, root=root, events_dir=result.events_dir, records=result.records,
+                   files=len(result.event_files),
+                   final_watermark_ms=heartbeat - params.watermark_delay_ms,
+                   watermark_delay=params.watermark_delay, config=params.attribution_config())
+
+
+def closed_window_events(dataset: Dataset) -> int:
+    """How many events the native count must have emitted: append mode emits a window once the
+    final watermark has passed its end, so events in a still-open window are not counted yet."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from attribution.spark.files import data_files
+
+    window_ms = parse_duration_ms(NATIVE_WINDOW)
+    total = 0
+    for f in data_files(dataset.events_dir):
+        table = pq.read_table(f, columns=["event_type", "ts"])
+        ms = pc.divide(table.column("ts").cast("int64"), 1000)
+        end = pc.add(pc.multiply(pc.divide(ms, window_ms), window_ms), window_ms)
+        closed = pc.and_(pc.less_equal(end, dataset.final_watermark_ms),
+                         pc.not_equal(table.column("event_type"), "heartbeat"))
+        total += pc.sum(closed.cast("int64")).as_py() or 0
+    return total
+
+
+def read_events_arrow(events_dir: Path) -> list:
+    """The events of a Parquet dataset as core ``Event``s, column-wise through pyarrow.
+
+    The generator's files are valid by construction, so per-record validation (``parse_event``)
+    is skipped: this measures the core, not the validator.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from attribution.events import Event
+    from attribution.spark.files import data_files
+
+    out = []
+    for f in data_files(events_dir):
+        table = pq.read_table(f)
+        ts = pc.divide(table.column("ts").cast("int64"), 1000).to_pylist()
+        cols = [table.column(c).to_pylist() for c in
+                ("event_id", "user_id", "event_type", "url", "referer", "is_goal",
+                 "impression_id", "source_url", "target_url")]
+        for eid, uid, typ, t, url, ref, goal, iid, src, tgt in zip(
+                cols[0], cols[1], cols[2], ts, *cols[3:]):
+            out.append(Event(eid, uid, typ, t, url, ref, goal is True, iid, src, tgt))
+    return out
+
+
+def measure_state_encoding(dataset: Dataset, events: list) -> dict:
+    """The core's state once every event is in and every goal attributed, before any GC.
+
+    The core's blob per user is what transformWithState (compact layout) stores, and what
+    applyInPandasWithState stores inside its bucket maps (with the user id and wake-up next to
+    it); both are measured per retained event, next to the same events' Avro encoding
+    (``EVENT_SCHEMA``, schemaless).
+    """
+    import fastavro
+
+    from attribution.core import WATERMARK_INFINITY, UserAttribution
+    from attribution.schema import EVENT_SCHEMA
+    from attribution.spark.apply_in_pandas import encode_bucket, state_text
+    from attribution.spark.pipeline import DEFAULT_STATE_BUCKETS
+
+    by_user = defaultdict(list)
+    for e in events:
+        if e.event_type != "heartbeat":
+            by_user[e.user_id].append(e)
+    by_id = {e.event_id: e for e in events}
+    retained = blob_bytes = avro_bytes = users_with_state = 0
+    bucket_entries = {}
+    buf = io.BytesIO()
+    # What the core costs per user, one call each (perf_counter, CPU-bound).
+    cost = dict.fromkeys(("add", "fire", "to_bytes", "from_bytes"), 0.0)
+    clock = time.perf_counter
+    for user_id, user_events in by_user.items():
+        t0 = clock()
+        core = UserAttribution(user_id, dataset.config)
+        core.add(user_events)
+        t1 = clock()
+        core.fire(WATERMARK_INFINITY)  # every goal attributed; nothing collected
+        t2 = clock()
+        cost["add"] += t1 - t0
+        cost["fire"] += t2 - t1
+        if core.is_empty:
+            continue
+        users_with_state += 1
+        t0 = clock()
+        blob = core.to_bytes()
+        t1 = clock()
+        UserAttribution.from_bytes(blob, dataset.config)
+        cost["to_bytes"] += t1 - t0
+        cost["from_bytes"] += clock() - t1
+        blob_bytes += len(blob)
+        bucket_entries[user_id] = (core.next_wakeup(), blob, "")
+        for event_id in [*core.visits, *(i.event_id for i in core.impressions.values())]:
+            retained += 1
+            buf.seek(0)
+            buf.truncate()
+            fastavro.schemaless_writer(buf, EVENT_SCHEMA, by_id[event_id].to_record())
+            avro_bytes += buf.tell()
+    # applyInPandasWithState keeps these blobs in compressed per-bucket maps, stored as base64
+    # text: the users are split into as many buckets as the job's default (by crc32 here,
+    # xxhash64 in Spark: the sizes differ only by chance).
+    buckets: dict = defaultdict(dict)
+    for user_id, entry in bucket_entries.items():
+        buckets[zlib.crc32(user_id.encode()) % DEFAULT_STATE_BUCKETS][user_id] = entry
+    bucket_bytes = sum(len(state_text(encode_bucket(users))) for users in buckets.values())
+    return {"users_with_state": users_with_state, "retained_events": retained,
+            "blob_bytes": blob_bytes, "avro_bytes": avro_bytes, "bucket_bytes": bucket_bytes,
+            "blob_bytes_per_event": blob_bytes / retained if retained else None,
+            "bucket_bytes_per_event": bucket_bytes / retained if retained else None,
+            "avro_bytes_per_event": avro_bytes / retained if retained else None,
+            "users": len(by_user), "core_seconds": cost}
+

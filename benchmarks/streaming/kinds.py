@@ -1,0 +1,18 @@
+"""The kinds of run the benchmark times, in the table's order, and how the tables name them."""
+from __future__ import annotations
+
+# ``native`` is the denominator of every ratio.
+NATIVE = "native"
+STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
+BATCH = "batch"
+CORE = "core"
+RUN_KINDS = (NATIVE, *STREAM_BACKENDS, BATCH, CORE)
+RUN_LABELS = {
+    NATIVE: "(a) native window count",
+    "applyInPandasWithState": "(b) stream applyInPandasWithState",
+    "transformWithState": "(b) stream transformWithState",
+    BATCH: "(c) batch (mapInArrow)",
+    CORE: "(d) pure-Python core",
+}
+# The native count's event-time window.
+NATIVE_WINDOW = "10 minutes"

@@ -1,0 +1,126 @@
+"""Spark progress, recorded: every micro-batch's ``StreamingQueryProgress`` of the benchmark's
+queries, and the state figures read from them."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class ProgressRecorder:
+    """Keeps every ``StreamingQueryProgress`` of every query, and tells when queries have ended.
+
+    A listener rather than ``query.recentProgress`` because the attribution job owns its query
+    objects (it runs a dead-letter query next to the main one); listener events arrive in order,
+    so once a query's termination is seen, all of its progress has been seen too.
+    """
+
+    def __init__(self):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        recorder = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                recorder._on_started(str(event.runId), event.name)
+
+            def onQueryProgress(self, event):
+                recorder._on_progress(json.loads(event.progress.json))
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                recorder._on_terminated(str(event.runId))
+
+        self.listener = _Listener()
+        self._cond = threading.Condition()
+        self._started: dict[str, Optional[str]] = {}   # run id -> query name
+        self._progress: list[dict] = []
+        self._terminated: set[str] = set()
+
+    def start_window(self) -> None:
+        with self._cond:
+            self._started, self._progress, self._terminated = {}, [], set()
+
+    def _on_started(self, run_id: str, name: Optional[str]) -> None:
+        with self._cond:
+            self._started[run_id] = name
+            self._cond.notify_all()
+
+    def _on_progress(self, progress: dict) -> None:
+        with self._cond:
+            self._progress.append(progress)
+
+    def _on_terminated(self, run_id: str) -> None:
+        with self._cond:
+            self._terminated.add(run_id)
+            self._cond.notify_all()
+
+    def wait_started(self, name: str, timeout: float = 120.0) -> None:
+        """Wait until a query named ``name`` has started since ``start_window``, for at most
+        ``timeout`` seconds; raise if none did."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: name in self._started.values(), timeout):
+                raise RuntimeError(f"query {name!r} did not start within {timeout:.0f}s")
+
+    def wait_for(self, name: str, timeout: float = 120.0) -> list[dict]:
+        """Wait until every query started since ``start_window`` has ended (at least one named
+        ``name``), for at most ``timeout`` seconds; return the progress of the queries named
+        ``name``."""
+        def done() -> bool:
+            return (name in self._started.values()
+                    and set(self._started) <= self._terminated)
+
+        with self._cond:
+            if not self._cond.wait_for(done, timeout):
+                print(f"warning: query {name!r} did not report its end within {timeout:.0f}s; "
+                      "state metrics may be incomplete", file=sys.stderr)
+            runs = {run for run, n in self._started.items() if n == name}
+            return [p for p in self._progress if p["runId"] in runs]
+
+
+def batches_with_data(progress: list[dict]) -> list[dict]:
+    """Micro-batches that ran (idle triggers report progress too, without ``addBatch``)."""
+    seen, out = set(), []
+    for p in sorted(progress, key=lambda p: (p["runId"], p["batchId"])):
+        key = (p["runId"], p["batchId"])
+        if key not in seen and "addBatch" in (p.get("durationMs") or {}):
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+@dataclass
+class StateStats:
+    """State of a streaming run, from ``stateOperators`` of its micro-batches."""
+
+    final_rows: Optional[int] = None
+    peak_rows: Optional[int] = None
+    memory_bytes: Optional[int] = None    # RocksDB's memory use, as the operator reports it
+    sst_bytes: Optional[int] = None       # RocksDB SST files: the state's size on disk
+    rows_per_batch: list = field(default_factory=list)
+    bytes_per_batch: list = field(default_factory=list)
+    durations_per_batch: list = field(default_factory=list)  # Spark's durationMs, for the JSON
+
+
+def state_stats(batches: list[dict]) -> StateStats:
+    """The state figures of ``batches``, the progress of micro-batches that ran, in order."""
+    stats = StateStats()
+    for p in batches:
+        stats.durations_per_batch.append(p.get("durationMs"))
+        ops = p.get("stateOperators") or []
+        if not ops:
+            continue
+        rows = sum(op.get("numRowsTotal", 0) for op in ops)
+        sst = sum((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0) for op in ops)
+        stats.rows_per_batch.append(rows)
+        stats.bytes_per_batch.append(sst)
+        stats.final_rows = rows
+        stats.peak_rows = max(rows, stats.peak_rows or 0)
+        stats.memory_bytes = sum(op.get("memoryUsedBytes", 0) for op in ops)
+        stats.sst_bytes = sst
+    return stats
+

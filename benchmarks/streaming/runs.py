@@ -1,0 +1,233 @@
+"""Running one kind: the native count, the attribution job on each backend or in batch mode, the
+bare attribution query (for levers) and the pure-Python core, each timed with its memory, CPU
+and micro-batch progress recorded and its answer checked."""
+from __future__ import annotations
+
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from attribution.config import parse_duration_ms, spark_interval
+
+from .datasets import Dataset, closed_window_events, read_events_arrow
+from .kinds import BATCH, CORE, NATIVE, NATIVE_WINDOW
+from .listeners import ProgressRecorder, StateStats, batches_with_data, state_stats
+from .sampling import MemoryPeaks, MemorySampler
+
+
+@dataclass
+class RunResult:
+    """One timed run: what ran over which dataset, how long, with what memory, state and
+    answer (``check``: "ok", "n/a" or what failed)."""
+
+    kind: str
+    dataset: str
+    repeat: int
+    records: int
+    seconds: float
+    memory: MemoryPeaks
+    state: StateStats = field(default_factory=StateStats)
+    batches: int = 0
+    goals: Optional[int] = None
+    attributed: Optional[int] = None
+    check: str = "n/a"
+
+    @property
+    def events_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        """Every field, and the rate, for the JSON report."""
+        return {**asdict(self), "events_per_s": self.events_per_s}
+
+
+def native_counts(events, watermark_delay: str):
+    """Spark's own stateful aggregation over the streaming DataFrame ``events``: a count per user
+    per ``NATIVE_WINDOW`` of event time, with a watermark ``watermark_delay`` behind, heartbeats
+    dropped after it saw them."""
+    from pyspark.sql import functions as F
+
+    from attribution.spark.pipeline import drop_heartbeats
+
+    watermarked = events.withWatermark("ts", spark_interval(parse_duration_ms(watermark_delay)))
+    return drop_heartbeats(watermarked).groupBy("user_id", F.window("ts", NATIVE_WINDOW)).count()
+
+
+def _write_available_now(rows, scratch: Path, name: str, what: str) -> None:
+    """Stream ``rows`` to Parquet under ``scratch`` with ``availableNow``; raise if it failed."""
+    q = (rows.writeStream.format("parquet").outputMode("append")
+         .option("path", str(scratch / "out"))
+         .option("checkpointLocation", str(scratch / "checkpoint"))
+         .queryName(name).trigger(availableNow=True).start())
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"{what} failed: {q.exception()}")
+
+
+class Bench:
+    """Runs the benchmark's queries in one Spark session, with memory and progress recorded."""
+
+    def __init__(self, spark, work: Path, args):
+        """``work``: where datasets and runs go; ``args``: the parsed command line (file
+        batching, sampling interval)."""
+        self.spark = spark
+        self.work = work
+        self.args = args
+        self.recorder = ProgressRecorder()
+        spark.streams.addListener(self.recorder.listener)
+        self.sampler = MemorySampler(args.sample_interval)
+        self._runs = 0
+
+    def close(self) -> None:
+        """Stop recording the session's progress."""
+        self.spark.streams.removeListener(self.recorder.listener)
+
+    def scratch(self, name: str) -> Path:
+        """A new, empty directory for one run's output and checkpoint (``name`` tags it)."""
+        self._runs += 1
+        path = self.work / "runs" / f"{self._runs:03d}-{name}"
+        path.mkdir(parents=True)
+        return path
+
+    @contextmanager
+    def session_conf(self, conf: dict) -> Iterator[None]:
+        """Set the Spark configuration ``conf`` (key -> value) while inside, then restore it."""
+        saved = {key: self.spark.conf.get(key, None) for key in conf}
+        try:
+            for key, value in conf.items():
+                self.spark.conf.set(key, value)
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, value)
+
+    def timed(self, fn: Callable[[], object], query_name: Optional[str] = None) -> tuple:
+        """Run ``fn`` with memory sampled and progress recorded; return (result, seconds,
+        memory peaks, micro-batches of the streaming query named ``query_name``, if any)."""
+        self.recorder.start_window()
+        self.sampler.reset()
+        started = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - started
+        memory = self.sampler.reset()
+        progress = self.recorder.wait_for(query_name) if query_name else []
+        return result, seconds, memory, batches_with_data(progress)
+
+    def run(self, kind: str, dataset: Dataset, repeat: int, **job_options) -> RunResult:
+        """One timed run of ``kind`` over ``dataset``; ``repeat`` tags it, ``job_options`` go to
+        the attribution job (``lookback``)."""
+        scratch = self.scratch(kind)
+        try:
+            if kind == NATIVE:
+                return self._native(dataset, repeat, scratch)
+            if kind == CORE:
+                return self._core(dataset, repeat)
+            return self._job(kind, dataset, repeat, scratch, **job_options)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    # (a)
+    def _native(self, dataset: Dataset, repeat: int, scratch: Path) -> RunResult:
+        from pyspark.sql import functions as F
+
+        from attribution.spark.readers import read_event_stream
+
+        def query():
+            events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
+                                       self.args.max_files_per_trigger)
+            counts = native_counts(events, dataset.watermark_delay)
+            _write_available_now(counts, scratch, "benchmark_native", "native aggregation")
+
+        _, seconds, memory, batches = self.timed(query, "benchmark_native")
+        counted = self.spark.read.parquet(str(scratch / "out")).agg(F.sum("count")).first()[0]
+        expected = closed_window_events(dataset)
+        check = "ok" if counted == expected else f"FAIL: counted {counted} of {expected} events"
+        return RunResult(NATIVE, dataset.label, repeat, dataset.records, seconds, memory,
+                         state_stats(batches), len(batches), check=check)
+
+    # (b) and (c)
+    def _job(self, kind: str, dataset: Dataset, repeat: int, scratch: Path,
+             lookback: Optional[str] = None) -> RunResult:
+        from jobs.attribution_job import parse_args, run
+
+        argv = ["--events", str(dataset.events_dir), "--format", "parquet",
+                "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint"),
+                "--watermark-delay", dataset.watermark_delay, "--quiet",
+                "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
+                "--dedup-window", f"{dataset.config.dedup_window_ms} ms"]
+        if kind == BATCH:
+            argv += ["--mode", "batch"]
+        else:
+            argv += ["--backend", kind, "--max-files-per-trigger",
+                     str(self.args.max_files_per_trigger)]
+        args = parse_args(argv)
+        report, seconds, memory, batches = self.timed(
+            lambda: run(self.spark, args), None if kind == BATCH else "attribution")
+        check = "ok"
+        if lookback is None and dataset.goals and (report.goals, report.attributed) != (
+                dataset.goals, dataset.attributed):
+            check = (f"FAIL: {report.goals} goals / {report.attributed} attributed, core says "
+                     f"{dataset.goals} / {dataset.attributed}")
+        elif lookback is not None or not dataset.goals:
+            check = "n/a"
+        return RunResult(kind, dataset.label, repeat, dataset.records, seconds, memory,
+                         state_stats(batches), report.batches, report.goals, report.attributed,
+                         check)
+
+    def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
+                 **stream_options) -> RunResult:
+        """The attribution query alone (no validation, no dead-letter query), for levers:
+        ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only."""
+        from pyspark.sql import functions as F
+
+        from attribution.spark.pipeline import attribution_stream
+        from attribution.spark.readers import read_event_stream
+
+        cores = self.spark.sparkContext.defaultParallelism
+        # A multiple of the cores, e.g. "2x", becomes that many.
+        conf = {key: str(int(value[:-1]) * cores) if value.endswith("x") else value
+                for key, value in (conf or {}).items()}
+        scratch = self.scratch("bare")
+        try:
+            def query():
+                events = read_event_stream(self.spark, str(dataset.events_dir), "parquet",
+                                           self.args.max_files_per_trigger)
+                rows = attribution_stream(
+                    events, watermark_delay_ms=parse_duration_ms(dataset.watermark_delay),
+                    config=dataset.config, backend=backend, **stream_options)
+                _write_available_now(rows, scratch, "benchmark_bare", "attribution query")
+
+            with self.session_conf(conf):
+                _, seconds, memory, batches = self.timed(query, "benchmark_bare")
+            counts = self.spark.read.parquet(str(scratch / "out")).agg(
+                F.count(F.lit(1)).alias("goals"), F.count("impression_id").alias("attributed")
+            ).first()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        check = "ok" if (counts.goals, counts.attributed) == (dataset.goals, dataset.attributed) \
+            else f"FAIL: {counts.goals} / {counts.attributed}"
+        return RunResult(backend, dataset.label, 0, dataset.records, seconds, memory,
+                         state_stats(batches), len(batches), counts.goals, counts.attributed,
+                         check)
+
+    # (d)
+    def _core(self, dataset: Dataset, repeat: int) -> RunResult:
+        from attribution.oracle import attribute_batch
+
+        def attribute():
+            return attribute_batch(read_events_arrow(dataset.events_dir), dataset.config)
+
+        rows, seconds, memory, _ = self.timed(attribute)
+        goals, attributed = len(rows), sum(1 for r in rows if not r.organic)
+        if not dataset.goals:  # the first core run is the reference for the Spark runs
+            dataset.goals, dataset.attributed = goals, attributed
+        check = "ok" if (goals, attributed) == (dataset.goals, dataset.attributed) else "FAIL"
+        return RunResult(CORE, dataset.label, repeat, dataset.records, seconds, memory,
+                         goals=goals, attributed=attributed, check=check)
+

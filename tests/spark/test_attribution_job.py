@@ -1,0 +1,275 @@
+"""The Spark attribution job: both stateful backends and batch mode against the batch oracle.
+
+Streams are file sources read with ``maxFilesPerTrigger=1`` and ``availableNow``, so every file is
+one micro-batch and one explicit watermark step; nothing depends on wall-clock time.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attribution.config import MODELS, AttributionConfig, parse_duration_ms
+from attribution.events import Event
+from attribution.oracle import attribute_batch, sort_key
+from attribution.spark.files import read_events, write_events
+from attribution.spark.output import read_attribution_rows
+from jobs.attribution_job import parse_args, run
+from support import ROOT, multi_touch_events, stage_in_arrival_order
+
+STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
+CH7_ROWS = {
+    ("g-signup", 123, ("http://xyz.com/",)),
+    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
+                        "http://xyz.com/thing/purchase")),
+}
+
+
+def run_job(spark, tmp_path: Path, events: Path, *options: str):
+    args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
+                       "--checkpoint", str(tmp_path / "checkpoint"), "--quiet", *options])
+    report = run(spark, args)
+    return report, sorted(read_attribution_rows(tmp_path / "out"), key=sort_key)
+
+
+# Each stream backend with its default state layout, then the other layout.
+LAYOUTS = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
+           "applyInPandasWithState-per-user": ["--backend", "applyInPandasWithState",
+                                               "--state-buckets", "0"],
+           "transformWithState": ["--backend", "transformWithState"],
+           "transformWithState-declared": ["--backend", "transformWithState",
+                                           "--tws-state", "declared"],
+           "batch": ["--mode", "batch"]}
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
+def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, mode):
+    options = LAYOUTS[mode]
+    report, rows = run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "1",
+                           "--watermark-delay", "3 minutes", *options)
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    assert rows == attribute_batch(read_events(ch7_stream_dir))
+    # Without --models: last_touch alone, and the columns of later sections at their defaults.
+    assert {(r.model, r.credit, r.impression_campaign, r.goal_value, r.credited_value, r.sign,
+             r.revision, r.emit_timing) for r in rows} == {
+        ("last_touch", 1.0, None, None, None, 1, 0, "ON_TIME")}
+    assert (report.goals, report.attributed, report.late_rows) == (2, 2, 0)
+    assert report.attributed_by_model == {"last_touch": 2}
+    if mode != "batch":
+        assert report.input_rows == 12  # 11 events and the heartbeat
+        assert report.batches >= 7       # one per file, plus the timer-only batch
+
+
+@pytest.mark.parametrize("mode", list(LAYOUTS))
+def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tmp_path, mode):
+    """All five models in one run, on generated sessions where many goals have several clicks
+    upstream, with campaigns and values: each path gives the oracle's rows, row for row."""
+    events = multi_touch_events(tmp_path / "events")
+    config = AttributionConfig(models=MODELS, half_life_ms=parse_duration_ms("2 days"))
+    expected = attribute_batch(read_events(events), config)
+    linear = [r for r in expected if r.model == "linear" and not r.organic]
+    assert len(linear) - len({r.goal_event_id for r in linear}) >= 20  # goals of 2+ clicks
+    assert any(r.impression_campaign and r.credited_value for r in linear)
+    assert any(r.goal_value is None for r in expected) and any(r.organic for r in expected)
+
+    report, rows = run_job(spark, tmp_path, events, "--models", "all", "--half-life", "2 days",
+                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+                           *LAYOUTS[mode])
+    assert rows == expected
+    goals = {r.goal_event_id for r in expected}
+    assert report.goals == len(goals) and report.late_rows == 0
+    assert report.attributed_by_model == {
+        m: len({r.goal_event_id for r in expected if r.model == m and not r.organic})
+        for m in MODELS}
+    assert "first_touch" in report.render()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", STREAM_BACKENDS)
+def test_random_disordered_streams_equal_the_oracle(spark, tmp_path, backend):
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    params = GeneratorParams(users=40, seed=11, files=14, heartbeat=True, disorder="bounded",
+                             max_delay="2 minutes", redelivery_rate=0.05,
+                             watermark_delay="10 minutes")
+    dataset = generate(params, tmp_path / "data", plot=False)
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["disorder"]["no_late_events"] is True
+    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
+    assert len(truth) > 20 and any(r.organic for r in truth) and any(len(r.trail) > 1 for r in truth)
+
+    report, rows = run_job(spark, tmp_path, dataset.events_dir, "--backend", backend,
+                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes")
+    assert rows == truth
+    assert len({r.goal_event_id for r in rows}) == len(rows)  # no duplicates
+    assert report.late_rows == 0 and report.goals == len(truth)
+
+
+@pytest.mark.parametrize("backend", STREAM_BACKENDS)
+def test_late_events_are_counted_and_not_used(spark, tmp_path, ch7_stream_dir, backend):
+    """With a 10 s delay the chapter's impressions 456/789 and the visits leading from them arrive
+    behind the watermark: Spark drops them, the job counts them, and no row uses them."""
+    from generators.disorder import late_event_ids_in_dir
+
+    expected_late = late_event_ids_in_dir(ch7_stream_dir, 10_000)
+    assert {"i-456", "i-789"} <= set(expected_late)
+    report, rows = run_job(spark, tmp_path, ch7_stream_dir, "--backend", backend,
+                           "--max-files-per-trigger", "1", "--watermark-delay", "10 seconds")
+    assert report.late_rows == len(expected_late)
+    assert {r.goal_event_id for r in rows} == {"g-signup", "g-receipt"}
+    assert all(r.impression_id not in (456, 789) for r in rows)
+    assert report.goals == 2
+
+
+def _ev(event_id, user, minute, **fields):
+    ts = int(dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1000) + minute * 60_000
+    kind = "impression" if "impression_id" in fields else ("heartbeat" if user is None else "visit")
+    return Event(event_id, user, kind, ts, **fields)
+
+
+@pytest.mark.parametrize("backend", [*STREAM_BACKENDS, "applyInPandasWithState-per-user"])
+def test_state_shrinks_once_the_watermark_passes_ts_plus_lookback(spark, tmp_path, backend):
+    files = [
+        [_ev("a-imp", "alice", 0, impression_id=1, source_url="s", target_url="t"),
+         _ev("a-visit", "alice", 1, url="t", referer="s"),
+         _ev("a-goal", "alice", 2, url="buy", referer="t", is_goal=True),
+         _ev("b-visit", "bob", 1, url="home")],
+        # lookback 10 min, dedup window 5 min: by W = 49 min alice's visits (ts < W - lookback)
+        # and her impression (bucket end 5 min <= W - lookback) are all collectable, as is bob
+        [_ev("c-visit", "carol", 50, url="home")],
+        [_ev("hb", None, 58)],
+    ]
+    src = tmp_path / "src"
+    src.mkdir()
+    paths = []
+    for n, events in enumerate(files):
+        paths.append(src / f"part-{n:05d}.json")
+        write_events(events, paths[-1], "json")
+    events_dir = stage_in_arrival_order(paths, tmp_path / "events")
+    report, rows = run_job(spark, tmp_path, events_dir, *LAYOUTS[backend],
+                           "--max-files-per-trigger", "1", "--watermark-delay", "1 minute",
+                           "--lookback", "10 minutes", "--dedup-window", "5 minutes")
+    assert [(r.goal_event_id, r.impression_id) for r in rows] == [("a-goal", 1)]
+    state_rows = [b["state_rows"] for b in report.history]
+    after_first = state_rows[0]
+    assert after_first > 0
+    assert state_rows[-1] < after_first
+    if backend == "applyInPandasWithState-per-user":  # a row per user: alice+bob, then carol
+        assert after_first == 2 and state_rows[-1] == 1
+
+
+def test_help_explains_every_option():
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    for option in ("--events", "--format", "--output", "--checkpoint", "--mode", "--backend",
+                   "--trigger", "--max-files-per-trigger", "--watermark-delay", "--lookback",
+                   "--dedup-window", "--state-buckets", "--tws-state", "--models", "--half-life"):
+        assert option in out
+    assert "10 minutes" in out and "90 days" in out and "1 day" in out
+    assert all(model in out for model in MODELS) and "7 days" in out
+
+
+def test_bad_arguments_fail_with_one_clear_line(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
+                             "--events", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "is not a directory" in result.stderr
+    result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
+                             "--events", str(tmp_path), "--lookback", "ninety days"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "not a duration" in result.stderr
+    for option, value, error in (
+            ("--models", "linear,u_shaped", "error: --models: unknown attribution model "
+                                            "'u_shaped'; choose from last_touch, first_touch, "
+                                            "linear, position_based, time_decay (or 'all')"),
+            ("--models", "", "error: --models: no attribution model given; choose from"),
+            ("--half-life", "0", "error: half-life must be a positive number of milliseconds, "
+                                 "got 0"),
+            ("--half-life", "a week", "error: --half-life: not a duration: 'a week'")):
+        result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
+                                 "--events", str(tmp_path), option, value],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and error in result.stderr, (option, value)
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run(
+        [str(spark_submit), "--master", "local[2]", str(ROOT / "jobs" / "attribution_job.py"),
+         "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
+         "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
+         "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "attributed     : 2" in result.stdout
+    # spark-submit's PythonRunner merges the driver's stderr into its stdout
+    assert "batch 0: input 4 rows" in result.stdout + result.stderr
+    rows = read_attribution_rows(tmp_path / "out")
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    assert json.loads((tmp_path / "report.json").read_text())["goals"] == 2
+
+
+def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stream_dir):
+    """A changed bucket count would silently re-home users' state; the job refuses it."""
+    from attribution.spark.checkpoint import CheckpointMismatch
+
+    run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "7")
+    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"],
+                  ["--models", "all"], ["--models", "last_touch,linear"]):
+        with pytest.raises(CheckpointMismatch, match="was started with backend=applyInPandas"):
+            run_job(spark, tmp_path, ch7_stream_dir, *other)
+    report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+
+
+def test_a_checkpoint_started_with_bucket_numbers_as_keys_keeps_them(spark, tmp_path, ch7_dir):
+    """Checkpoints of the version before aligned bucket keys (layout without bucket_keys) hold
+    their users under the bucket numbers: a restart must find them there. The first file holds
+    both goals; the impressions they are attributed to arrive after the restart."""
+    from attribution.spark.checkpoint import LAYOUT_FILE
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    old_layout = {"backend": "applyInPandasWithState", "state_buckets": 64,
+                  "state_column": "base64 text"}
+    files = sorted(ch7_dir.glob("part-*.json"))
+    staged = stage_in_arrival_order(files[:1], tmp_path / "ch7")
+    # The first run stands for the old version: bucket numbers as keys, whatever the job infers.
+    (checkpoint / LAYOUT_FILE).write_text(json.dumps({**old_layout, "bucket_keys": "index"}))
+    run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+    (checkpoint / LAYOUT_FILE).write_text(json.dumps(old_layout))
+    stage_in_arrival_order(files, staged)
+    report, rows = run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+    assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    assert json.loads((checkpoint / LAYOUT_FILE).read_text()).get("bucket_keys") is None
+
+
+def test_a_checkpoint_with_binary_state_is_refused_with_advice(tmp_path):
+    """Checkpoints of versions that kept applyInPandasWithState's state as binary (their layout
+    file has no state_column) cannot be read by the text column: one clear refusal, no Spark."""
+    from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_state_layout
+    from jobs.attribution_job import parse_args
+
+    checkpoint = tmp_path / "cp"
+    checkpoint.mkdir()
+    (checkpoint / LAYOUT_FILE).write_text(
+        json.dumps({"backend": "applyInPandasWithState", "state_buckets": 64}))
+    args = parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint)])
+    with pytest.raises(CheckpointMismatch, match="binary column of an earlier version.*new "
+                                                 "--checkpoint"):
+        pin_state_layout(args.checkpoint, args.backend, args.state_buckets, args.tws_state)
+    # A transformWithState checkpoint of that time is unaffected.
+    (checkpoint / LAYOUT_FILE).write_text(
+        json.dumps({"backend": "transformWithState", "tws_state": "compact"}))
+    args = parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint),
+                       "--backend", "transformWithState"])
+    pin_state_layout(args.checkpoint, args.backend, args.state_buckets, args.tws_state)

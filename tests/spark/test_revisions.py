@@ -1,0 +1,75 @@
+"""Section 8 on Spark: the chapter 7 files made late (watermark delay 1 minute), through the job
+on every streaming layout that revises, give the changelogs derived by hand in
+tests/unit/test_core_revisions.py, and the late-record output holds what is dropped."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from attribution.spark.changelog import fold_changelog
+from attribution.spark.late_records import read_late_records
+from attribution.spark.output import read_attributions
+from jobs.attribution_job import parse_args, run
+from support import stage_in_arrival_order
+
+LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
+           "transformWithState": ["--backend", "transformWithState"]}
+BOOK_ROWS = {("g-signup", 123), ("g-receipt", 456)}
+
+
+def _run(spark, tmp_path, ch7_dir, *options):
+    events = stage_in_arrival_order(sorted(ch7_dir.glob("part-*.json")), tmp_path / "in")
+    args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
+                       "--checkpoint", str(tmp_path / "cp"), "--quiet",
+                       "--watermark-delay", "1 minute", "--max-files-per-trigger", "1",
+                       *options])
+    report = run(spark, args)
+    frame = read_attributions(str(tmp_path / "out"))
+    changelog = Counter(
+        (r.goal_event_id, None if pd.isna(r.impression_id) else int(r.impression_id),
+         int(r.sign), int(r.revision), r.emit_timing) for r in frame.itertuples())
+    net = {(r.goal_event_id, int(r.impression_id)) for r in fold_changelog(frame).itertuples()
+           if not pd.isna(r.impression_id)}
+    late = sorted(json.loads(r["raw_record"])["event_id"]
+                  for r in read_late_records(str(tmp_path / "out-late")).to_pylist())
+    return report, changelog, net, late
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, layout):
+    report, changelog, net, late = _run(spark, tmp_path, ch7_dir, "--allowed-lateness",
+                                        "5 minutes", *LAYOUTS[layout])
+    assert changelog == Counter([("g-signup", None, 1, 0, "ON_TIME"),
+                                 ("g-signup", None, -1, 0, "ON_TIME"),
+                                 ("g-signup", 123, 1, 1, "LATE"),
+                                 ("g-receipt", 456, 1, 0, "ON_TIME")])
+    assert net == BOOK_ROWS
+    assert late == [] and report.late_rows == 0
+    assert report.extra["late accepted"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["buckets", "transformWithState"])
+def test_early_results_revise_goals_until_the_watermark_passes_them(spark, tmp_path, ch7_dir,
+                                                                    layout):
+    _, changelog, net, _ = _run(spark, tmp_path, ch7_dir, "--allowed-lateness", "5 minutes",
+                                "--early-results", *LAYOUTS[layout])
+    assert changelog == Counter([
+        ("g-signup", None, 1, 0, "EARLY"), ("g-receipt", None, 1, 0, "EARLY"),
+        ("g-signup", None, -1, 0, "EARLY"), ("g-signup", None, 1, 1, "ON_TIME"),
+        ("g-signup", None, -1, 1, "ON_TIME"), ("g-signup", 123, 1, 2, "LATE"),
+        ("g-receipt", None, -1, 0, "EARLY"), ("g-receipt", 456, 1, 1, "EARLY"),
+        ("g-receipt", 456, -1, 1, "EARLY"), ("g-receipt", 456, 1, 2, "ON_TIME")])
+    assert net == BOOK_ROWS
+
+
+def test_without_allowed_lateness_the_late_records_are_dropped_and_written(spark, tmp_path,
+                                                                            ch7_dir):
+    report, changelog, net, late = _run(spark, tmp_path, ch7_dir)
+    assert changelog == Counter([("g-signup", None, 1, 0, "ON_TIME"),
+                                 ("g-receipt", None, 1, 0, "ON_TIME")])
+    assert net == set()
+    assert late == ["i-456", "i-789", "v-signup", "v-thing"] and report.late_rows == 4

@@ -1,0 +1,359 @@
+"""Helpers shared by test modules of every tier (tests import these, never each other).
+
+* ``ROOT``, ``CH7_DIR``: the repository and the chapter 7 dataset in it;
+* ``stage_in_arrival_order``: copy files so a file stream reads them in a given order;
+* ``committed_attributions``: the rows a Spark file sink committed;
+* ``attribution_record``, ``write_sink_output``, ``write_batch_output``: attribution output
+  written without Spark, laid out as Spark's streaming file sink or batch writer lays it out;
+* ``reference_attribution``: an independent brute-force reading of the rules, on networkx;
+* ``assert_same_rows``: rows equal, credits and credited values within rounding;
+* ``larger_event_set``: a few hundred random events of one user;
+* ``multi_touch_events``: generated event files with several ads upstream of many goals, and
+  campaigns and values;
+* ``command_environment``, ``obey_file_permissions``, ``assert_no_traceback``,
+  ``error_line``: running a command as a user would, and reading its stderr.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import random
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import networkx as nx
+
+from attribution import AttributionConfig, Event
+from attribution.core import Attribution
+from attribution.oracle import sort_key
+
+ROOT = Path(__file__).resolve().parent.parent
+CH7_DIR = ROOT / "tests" / "data" / "ch7"
+# Modification time (epoch seconds, 2026-05-28) of staged input files: after every event time of
+# the test data, so that --max-future-skew (judged against a file's modification time) passes.
+FILE_TIME = 1_780_000_000
+PAGES = ("a", "b", "c")
+SEARCH_PAGES = ("s1", "s2")
+
+# How often the property saw each interesting situation; a test below asserts that every one
+# of them was exercised, so the property cannot pass by only ever seeing trivial inputs.
+COVERAGE: Counter = Counter()
+
+
+
+def _order(e: Event) -> tuple[int, str]:
+    return (e.ts, e.event_id)
+
+
+def _reference_credits(model: str, candidates: list[Event], goal: Event,
+                       config: AttributionConfig) -> list[tuple[Event, float]]:
+    """Spec section 6's table, literally: the credited impressions and their credits."""
+    n = len(candidates)
+    if model == "last_touch":  # rule 5: greatest ts, then smallest impression_id, event_id
+        return [(min(candidates, key=lambda i: (-i.ts, i.impression_id, i.event_id)), 1.0)]
+    if model == "first_touch":
+        return [(candidates[0], 1.0)]
+    if model == "linear":
+        return [(i, 1 / n) for i in candidates]
+    if model == "position_based":
+        if n <= 2:
+            return [(i, 1 / n) for i in candidates]
+        return [(i, 0.4 if k in (0, n - 1) else 0.2 / (n - 2)) for k, i in enumerate(candidates)]
+    if model == "time_decay":
+        weights = [2 ** (-(goal.ts - i.ts) / config.half_life_ms) for i in candidates]
+        return [(i, w / sum(weights)) for i, w in zip(candidates, weights)]
+    raise AssertionError(f"the reference does not know model {model!r}")
+
+
+def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) -> list[Attribution]:
+    """Spec rules 1-7 and sections 6-7 applied literally: every edge enumerated, candidates by
+    graph ancestry, each model with its own set of consumed impressions."""
+    first_copies: dict[str, dict[str, Event]] = defaultdict(dict)
+    for e in arrivals:
+        if e.event_type != "heartbeat":
+            first_copies[e.user_id].setdefault(e.event_id, e)  # rule 1: the first copy counts
+
+    rows = []
+    for user_id, by_id in first_copies.items():
+        events = list(by_id.values())
+        graph = nx.DiGraph()
+        graph.add_nodes_from(by_id)
+        for v in events:  # rule 2
+            if v.event_type != "visit":
+                continue
+            for a in events:
+                if _order(a) >= _order(v):
+                    continue
+                impression_edge = (a.event_type == "impression" and a.target_url == v.url
+                                   and a.source_url == v.referer)
+                visit_edge = a.event_type == "visit" and a.url == v.referer
+                if impression_edge or visit_edge:
+                    graph.add_edge(a.event_id, v.event_id)
+
+        groups: dict[tuple, list[Event]] = defaultdict(list)  # rule 3
+        for e in events:
+            if e.event_type == "impression":
+                groups[(e.source_url, e.target_url, e.ts // config.dedup_window_ms)].append(e)
+        canonical = [min(g, key=lambda i: (i.ts, i.impression_id, i.event_id))
+                     for g in groups.values()]
+
+        consumed: dict[str, set[str]] = {m: set() for m in config.models}
+        goals = sorted((e for e in events if e.event_type == "visit" and e.is_goal), key=_order)
+        for goal in goals:  # rule 7
+            ancestors = nx.ancestors(graph, goal.event_id)
+            within = sorted((i for i in canonical if i.event_id in ancestors  # rule 4
+                             and goal.ts - i.ts <= config.lookback_ms),
+                            key=lambda i: (i.ts, i.impression_id, i.event_id))
+            COVERAGE["goals with an impression upstream beyond the lookback"] += any(
+                i.event_id in ancestors and goal.ts - i.ts > config.lookback_ms for i in canonical)
+            COVERAGE["goals with a superseded click upstream"] += any(
+                e.event_type == "impression" and e.event_id in ancestors and e not in canonical
+                for e in events)
+            value = goal.value
+            for model in config.models:  # section 6, in the models' fixed order
+                candidates = [i for i in within if i.event_id not in consumed[model]]
+                COVERAGE["goals with a consumed impression upstream"] += len(candidates) < len(within)
+                COVERAGE[f"{model} with {min(len(candidates), 3)} candidate(s)"] += 1
+                if not candidates:
+                    rows.append(Attribution(user_id, goal.event_id, goal.url, goal.ts, None, None,
+                                            None, None, None, (), model, 0.0, None, value,
+                                            None if value is None else 0.0))
+                    continue
+                for winner, credit in _reference_credits(model, candidates, goal, config):
+                    consumed[model].add(winner.event_id)
+                    rows.append(Attribution(
+                        user_id, goal.event_id, goal.url, goal.ts, winner.impression_id,
+                        winner.event_id, winner.source_url, winner.target_url, winner.ts,
+                        _reference_trail(graph, by_id, winner, goal), model, credit,
+                        winner.campaign, value, None if value is None else credit * value))
+    return sorted(rows, key=sort_key)
+
+
+def _reference_trail(graph, by_id: dict, winner: Event, goal: Event) -> tuple[str, ...]:
+    """Rule 6, walking back from the goal over explicit graph edges."""
+    reachable = nx.descendants(graph, winner.event_id)
+    trail: list[str] = []
+    current = goal
+    while not graph.has_edge(winner.event_id, current.event_id):
+        predecessors = [by_id[p] for p in graph.predecessors(current.event_id)
+                        if by_id[p].event_type == "visit" and p in reachable]
+        current = max(predecessors, key=_order)
+        trail.insert(0, current.url)
+    return tuple(trail)
+
+
+def assert_same_rows(actual: Sequence[Attribution], expected: Sequence[Attribution],
+                     what: str = "rows") -> None:
+    """Assert equal rows, allowing rounding differences in ``credit`` and ``credited_value``
+    (a sum of floats in another order, ``time_decay``'s weights computed another way)."""
+    def exact(rows):
+        return [r._replace(credit=0.0,
+                           credited_value=None if r.credited_value is None else 0.0)
+                for r in rows]
+
+    assert exact(actual) == exact(expected), f"{what} differ"
+    for a, e in zip(actual, expected):
+        for name in ("credit", "credited_value"):
+            x, y = getattr(a, name), getattr(e, name)
+            assert x is None and y is None or math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), (
+                f"{what}: {name} {x} != {y} in {a}")
+
+
+def larger_event_set(seed: int) -> list[Event]:
+    """A few hundred events of one user: sessions and noise over eight pages, ties included."""
+    rng = random.Random(seed)
+    pages = [f"/p{k}" for k in range(8)]
+    events: list[Event] = []
+    for n in range(300):
+        ts = rng.randrange(0, 200)
+        if rng.random() < 0.2:
+            events.append(Event(f"e{n:03d}", "u", "impression", ts,
+                                impression_id=rng.randrange(4),
+                                source_url=rng.choice(SEARCH_PAGES), target_url=rng.choice(pages)))
+        else:
+            events.append(Event(f"e{n:03d}", "u", "visit", ts, url=rng.choice(pages),
+                                referer=rng.choice(pages + list(SEARCH_PAGES)),
+                                is_goal=rng.random() < 0.1))
+    rng.shuffle(events)
+    return events
+
+
+CAMPAIGNS = (None, "spring", "summer", "brand")
+
+
+def multi_touch_events(dest: Path, seed: int = 5) -> Path:
+    """Generated JSON-lines files, staged in arrival order under ``dest``, where many goals have
+    two or more ad clicks upstream (30 users of six sessions each on a 12-page site; redelivered
+    copies and bounded disorder, no late events with a 10-minute watermark delay). Each
+    impression gets a campaign or none and each goal a value or none, at random: the generator
+    writes neither."""
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    params = GeneratorParams(users=30, seed=seed, files=8, heartbeat=True, pages=12, domains=2,
+                             search_pages=4, sessions_per_user=6, paid_session_prob=0.9,
+                             session_gap="1 day", dormant_gap_prob=0.0, disorder="bounded",
+                             max_delay="2 minutes", redelivery_rate=0.05,
+                             watermark_delay="10 minutes")
+    generated = generate(params, dest.parent / f"{dest.name}-generated", truth=False, plot=False)
+    rng = random.Random(seed)
+    extras: dict = {}  # event id -> the fields added, the same for a redelivered copy
+    src = dest.parent / f"{dest.name}-src"
+    src.mkdir(parents=True)
+    for f in generated.event_files:
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        for r in records:
+            if r["event_type"] == "impression":
+                r.update(extras.setdefault(r["event_id"], {"campaign": rng.choice(CAMPAIGNS)}))
+            elif r["event_type"] == "visit" and r["is_goal"]:
+                value = rng.choice((None, round(rng.uniform(1, 500), 2)))
+                r.update(extras.setdefault(r["event_id"], {"value": value}))
+        (src / f.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return stage_in_arrival_order(sorted(src.glob("part-*.json")), dest)
+
+
+def stage_in_arrival_order(files, dest: Path) -> Path:
+    """Copy event files into ``dest`` with strictly increasing modification times.
+
+    Spark's file source orders new files by modification time, not by name; files checked out
+    together share one, so a stream would read them in arbitrary order.
+    """
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for n, f in enumerate(files):
+        target = Path(shutil.copy(f, dest))
+        os.utime(target, (FILE_TIME + n, FILE_TIME + n))
+    return dest
+
+
+def committed_attributions(spark, path: Path) -> list[Attribution]:
+    """The output rows the file sink committed, as ``Attribution``s (epoch-ms timestamps)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.parquet(str(path))
+    frame = (frame.withColumn("goal_ts", F.unix_millis("goal_ts"))
+                  .withColumn("impression_ts", F.unix_millis("impression_ts")))
+    return sorted((Attribution(**{**r.asDict(), "trail": tuple(r.trail)})
+                   for r in frame.collect()), key=sort_key)
+
+
+# Types of the columns spec sections 7 and 8 add to the output, as Spark writes them.
+ADDED_OUTPUT_TYPES = {"impression_campaign": "string", "goal_value": "float64",
+                      "credited_value": "float64", "sign": "int32", "revision": "int32",
+                      "emit_timing": "string"}
+
+
+def attribution_record(goal: str, goal_ts: int, impression: int | None = None, *,
+                       model: str = "last_touch", credit: float | None = None,
+                       user_id: str = "u", **added) -> dict:
+    """One output row as a dict: ``impression`` is an impression_id (None: organic), timestamps
+    in epoch ms; ``added`` sets columns of ``ADDED_OUTPUT_TYPES``."""
+    from attribution.events import ms_to_datetime
+
+    organic = impression is None
+    return {"user_id": user_id, "goal_event_id": goal, "goal_url": f"/goal/{goal}",
+            "goal_ts": ms_to_datetime(goal_ts), "impression_id": impression,
+            "impression_event_id": None if organic else f"i-{impression}",
+            "impression_source_url": None if organic else "/search",
+            "impression_target_url": None if organic else "/landing",
+            "impression_ts": None if organic else ms_to_datetime(goal_ts - 60_000),
+            "trail": [] if organic else ["/landing"], "model": model,
+            "credit": (0.0 if organic else 1.0) if credit is None else credit, **added}
+
+
+def output_table(records: list[dict]):
+    """Records of ``attribution_record`` as an Arrow table: the output schema, plus the added
+    columns the first record has."""
+    import pyarrow as pa
+
+    from attribution.schema import OUTPUT_SCHEMA
+    from attribution.spark.types import arrow_schema
+
+    # An added column is written only where the records have it, as output of a version before
+    # it would lack it.
+    present = set(records[0]) if records else set()
+    return pa.Table.from_pylist(records, schema=pa.schema(
+        [f for f in arrow_schema(OUTPUT_SCHEMA)
+         if f.name not in ADDED_OUTPUT_TYPES or f.name in present]))
+
+
+def write_sink_output(out: Path, batches: list[list[dict]],
+                      compact_interval: int = 10) -> list[Path]:
+    """Write micro-batches as Spark's streaming file sink does: one part file per batch, then its
+    ``_spark_metadata`` log file (``<id>.compact`` repeating all earlier entries every
+    ``compact_interval`` batches). Returns the part files, in batch order."""
+    import pyarrow.parquet as pq
+
+    log = out / "_spark_metadata"
+    log.mkdir(parents=True, exist_ok=True)
+    parts, entries = [], []
+    for batch, records in enumerate(batches):
+        part = out / f"part-00000-{batch:08d}-0000-0000-0000-000000000000-c000.snappy.parquet"
+        pq.write_table(output_table(records), part)
+        parts.append(part)
+        entry = {"path": part.as_uri(), "size": part.stat().st_size, "isDir": False,
+                 "modificationTime": 0, "blockReplication": 1, "blockSize": 33554432,
+                 "action": "add"}
+        entries.append(entry)
+        compact = (batch + 1) % compact_interval == 0
+        name = f"{batch}.compact" if compact else str(batch)
+        listed = entries if compact else [entry]
+        (log / name).write_text("\n".join(["v1", *(json.dumps(e) for e in listed)]))
+    return parts
+
+
+def write_batch_output(out: Path, records: list[dict], success: bool = True) -> Path:
+    """Write rows as a finished (``success``) or unfinished Spark batch write: one part file and
+    the ``_SUCCESS`` marker. Returns the part file."""
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    part = out / "part-00000-00000000-0000-0000-0000-000000000000-c000.snappy.parquet"
+    pq.write_table(output_table(records), part)
+    if success:
+        (out / "_SUCCESS").write_text("")
+    return part
+# -- commands as a user runs them ------------------------------------------------------------------
+
+# What a Python or a Java stack trace prints; none of it may reach a user's terminal.
+TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat java.",
+                     "Exception in thread", "py4j.protocol", "Py4JJavaError")
+
+
+def command_environment() -> dict:
+    """The environment for a command run as a subprocess: this interpreter for Spark's Python."""
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def obey_file_permissions() -> None:
+    """``preexec_fn`` for a subprocess that must obey file permissions even as root (which tests
+    often run as): drops the capabilities that override them (CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH) from its bounding set, so the command it executes never has them."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def assert_no_traceback(text: str) -> None:
+    """Fail if ``text`` holds any part of a Python or Java stack trace."""
+    found = [marker for marker in TRACEBACK_MARKERS if marker in text]
+    assert not found, f"a traceback reached the terminal ({found}):\n{text[-3000:]}"
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error:`` line a failed command must end its stderr with, after checking that
+    it is the last line, the only one, and that no traceback came before it."""
+    assert_no_traceback(stderr)
+    lines = stderr.rstrip("\n").splitlines()
+    assert lines, "nothing on stderr"
+    assert lines[-1].startswith("error: "), f"stderr does not end with an error line:\n{stderr}"
+    assert sum(line.startswith("error: ") for line in lines) == 1, stderr
+    return lines[-1]

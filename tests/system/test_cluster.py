@@ -1,0 +1,223 @@
+"""A real Spark standalone cluster: a master and two 1-core workers on 127.0.0.1, started from the
+pyspark distribution's ``spark-class``; the job is submitted to it with ``spark-submit``, once per
+backend, and its output must equal the batch oracle.
+
+The executors run a Python that can import pyspark, pandas and pyarrow but *not* this project
+(``python -S`` skips the editable install's ``.pth`` hook; a control below proves it), so the job
+can only work if ``jobs.runtime.ship_packages`` really delivered the project's packages.
+
+Every process the test starts (master, workers, spark-submit) gets its own process group, and a
+``finally`` stops each group by its PID - SIGTERM, then SIGKILL - even when the test fails.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attribution.oracle import sort_key
+from attribution.spark.output import read_attribution_rows
+from attribution.spark.pipeline import BACKENDS
+from support import ROOT, committed_attributions
+
+WAIT_SECONDS = 180
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _site_packages() -> str:
+    import pandas
+
+    return str(Path(pandas.__file__).resolve().parent.parent)
+
+
+class Daemon:
+    """A process in its own process group, logging to a file, stopped by PID."""
+
+    def __init__(self, name: str, command: list[str], env: dict, log_dir: Path, cwd: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while text not in self.output():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no {text!r} in time:\n{self.output()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM the process group (a worker takes its executors with it), then SIGKILL."""
+        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone; make sure nothing else of its group lingers.
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
+        self.log.close()
+
+    def group_alive(self) -> list[int]:
+        """PIDs of this process group still running (zombies excluded: here PID 1 may not reap
+        orphans, and a zombie holds no resources)."""
+        alive = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            state, pgrp = fields[0], int(fields[2])
+            if pgrp == self.pid and state != "Z":
+                alive.append(int(entry))
+        return alive
+
+
+def _executor_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A Python for the executors that sees site-packages but not this project, and the file
+    where it logs its command lines (proof that the executors really ran it)."""
+    wrapper, calls = tmp_path / "executor-python", tmp_path / "executor-python.calls"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        "# In an executor (its working directory is under a worker's), also forget the driver's\n"
+        "# copy of the project that the job puts on the functions' PYTHONPATH: it exists here only\n"
+        "# because driver and workers share this machine. Only the shipped copy may serve.\n"
+        'case "$PWD" in */worker-*/app-*)\n'
+        '  PYTHONPATH=$(printf %s "$PYTHONPATH" | tr : "\\n" | grep -v streamjoin-pyfiles'
+        ' | paste -sd: -) ;;\n'
+        "esac\n"
+        "# -S: no site.py, so no .pth hooks (the editable install of this project is one).\n"
+        f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{_site_packages()}" '
+        f'exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, calls
+
+
+@pytest.mark.slow
+def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path):
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    dataset = generate(GeneratorParams(users=12, seed=5, files=4, heartbeat=True,
+                                       disorder="bounded", max_delay="2 minutes",
+                                       redelivery_rate=0.05, watermark_delay="10 minutes"),
+                       tmp_path / "data", plot=False)
+    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
+    assert truth and any(r.trail for r in truth)
+
+    # The control: the executors' Python has the libraries, and not the project.
+    executor_python, executor_calls = _executor_python(tmp_path)
+    neutral = tmp_path / "neutral"
+    neutral.mkdir()
+    probe = subprocess.run([str(executor_python), "-c", "import pyspark, pandas, pyarrow"],
+                           cwd=neutral, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    probe = subprocess.run([str(executor_python), "-c", "import attribution"], cwd=neutral,
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert "No module named 'attribution'" in probe.stderr
+
+    spark_home = _spark_home()
+    spark_class = str(spark_home / "bin" / "spark-class")
+    env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_PYTHON": str(executor_python), "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+           "SPARK_LOG_DIR": str(tmp_path / "logs"), "SPARK_CONF_DIR": str(tmp_path / "conf")}
+    env.pop("PYTHONPATH", None)
+    (tmp_path / "conf").mkdir()
+    master_port = _free_port()
+    master_url = f"spark://127.0.0.1:{master_port}"
+    daemons: list[Daemon] = []
+    reports: dict[str, str] = {}
+    try:
+        master = Daemon("master", [spark_class, "org.apache.spark.deploy.master.Master",
+                                   "--host", "127.0.0.1", "--port", str(master_port),
+                                   "--webui-port", str(_free_port())],
+                        env, tmp_path, neutral)
+        daemons.append(master)
+        master.wait_for("I have been elected leader")
+        for n in (1, 2):
+            work_dir = tmp_path / f"worker-{n}"
+            work_dir.mkdir()
+            worker = Daemon(f"worker-{n}", [
+                spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                "--port", str(_free_port()), "--webui-port", str(_free_port()),
+                "--cores", "1", "--memory", "1536m", "--work-dir", str(work_dir), master_url],
+                env, tmp_path, neutral)
+            daemons.append(worker)
+        for worker in daemons[1:]:
+            worker.wait_for("Successfully registered with master")
+
+        # One application per backend, one after the other on the same two executors' slots.
+        # transformWithState also runs a Python worker on the driver, which needs the project.
+        for backend in BACKENDS:
+            submit = Daemon(f"spark-submit-{backend}", [
+                str(spark_home / "bin" / "spark-submit"), "--master", master_url,
+                "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
+                "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+                "--conf", "spark.driver.bindAddress=127.0.0.1",
+                str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
+                "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
+                "--checkpoint", str(tmp_path / backend / "checkpoint"),
+                "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+                "--shuffle-partitions", "2"],
+                env, tmp_path, neutral)
+            daemons.append(submit)
+            code = submit.proc.wait(timeout=900)
+            assert code == 0, submit.output()[-4000:]
+            reports[backend] = submit.output()
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
+    survivors = {d.name: d.group_alive() for d in daemons if d.group_alive()}
+    assert not survivors, f"cluster processes survived: {survivors}"
+
+    # The executors' Python workers were the wrapper (which cannot import the project by
+    # itself), both workers ran an executor, and each received the project's zip.
+    assert "pyspark.daemon" in executor_calls.read_text()
+    for n in (1, 2):
+        executor_dirs = list((tmp_path / f"worker-{n}").glob("app-*/*"))
+        assert len(executor_dirs) == len(BACKENDS), f"worker {n} did not run every application"
+        for executor_dir in executor_dirs:
+            assert (executor_dir / "streamjoin.zip").exists(), \
+                f"{executor_dir} did not receive the project's packages"
+    for backend, report in reports.items():
+        assert f"attribution stream run ({backend})" in report and "late dropped : 0" in report
+        assert committed_attributions(spark, tmp_path / backend / "out") == truth, backend

@@ -1,0 +1,93 @@
+"""SIGINT (Ctrl-C) and SIGTERM stop a streaming run cleanly: after the current micro-batch, with
+the final report, the documented exit code and no traceback; a rerun on the same checkpoint
+then gives exactly the batch oracle's rows.
+
+The job runs as a user runs it, a subprocess with its own JVM, over the chapter 7 files with a
+processing-time trigger and one file per micro-batch, so it would idle forever after the last
+file. The signal is sent once the progress line of batch 1 is printed, with files left to read:
+SIGINT to the whole process group, as a terminal's Ctrl-C does (the JVM is in it), SIGTERM to
+the driver alone, as ``kill PID`` or a container stop does. The output is read through Spark,
+which honours the file sink's log: files of a micro-batch cut short by the stop do not count.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from attribution.oracle import attribute_batch
+from attribution.spark.files import read_events
+from commandline.exits import ExitCode
+from support import (
+    CH7_DIR,
+    ROOT,
+    assert_no_traceback,
+    command_environment,
+    committed_attributions,
+    stage_in_arrival_order,
+)
+
+JOB = ROOT / "jobs" / "attribution_job.py"
+WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
+FILES = 7
+
+# signal, backend, exit code, whether it goes to the whole process group
+CASES = {"SIGINT": (signal.SIGINT, "applyInPandasWithState", ExitCode.INTERRUPTED, True),
+         "SIGTERM": (signal.SIGTERM, "transformWithState", ExitCode.TERMINATED, False)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, tmp_path, name):
+    signum, backend, code, to_group = CASES[name]
+    events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
+    assert len(list(events.iterdir())) == FILES
+    options = [str(JOB), "--events", str(events), "--output", "out", "--checkpoint", "cp",
+               "--backend", backend, "--master", "local[2]", "--max-files-per-trigger", "1",
+               "--watermark-delay", "3 minutes", "--log-file", "spark.log"]
+    job = subprocess.Popen([sys.executable, *options, "--trigger", "3 seconds"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=command_environment(), start_new_session=True)
+    watchdog = threading.Timer(WAIT_SECONDS, os.killpg, (job.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        before = []
+        for line in job.stderr:
+            before.append(line)
+            if line.startswith("batch 1:"):
+                break
+        assert before and before[-1].startswith("batch 1:"), "".join(before)
+        if to_group:
+            os.killpg(job.pid, signum)
+        else:
+            os.kill(job.pid, signum)
+        stdout, after = job.communicate()
+    finally:
+        watchdog.cancel()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    stderr = "".join(before) + after
+
+    assert job.returncode == code, stderr[-3000:]
+    assert_no_traceback(stderr + stdout)
+    assert f"{name}: stopping after the current micro-batch" in stderr
+    assert stderr.rstrip().splitlines()[-1] == (
+        f"stopped by {name}; rerun with the same --checkpoint to resume")
+    title, *fields = stdout.rstrip().splitlines()
+    assert title.startswith(f"attribution stream run ({backend}) stopped by {name} in "), stdout
+    batches = int(re.search(r"over (\d+) batch", title).group(1))
+    assert 2 <= batches < FILES  # stopped after batch 1's successor at the latest, files left
+    for label in ("input rows", "goals", "attributed", "users in state", "watermark", "output"):
+        assert any(f.strip().startswith(label) for f in fields), (label, stdout)
+
+    rerun = subprocess.run([sys.executable, *options], cwd=tmp_path, capture_output=True,
+                           text=True, env=command_environment(), timeout=WAIT_SECONDS)
+    assert rerun.returncode == ExitCode.OK, rerun.stderr[-3000:]
+    assert_no_traceback(rerun.stderr + rerun.stdout)
+    assert committed_attributions(spark, tmp_path / "out") == attribute_batch(read_events(events))

@@ -1,0 +1,165 @@
+"""The committed-output reader without Spark: the sink log decides which files are output.
+
+Outputs are written with pyarrow in the layout of Spark's file sink (``support.write_sink_output``)
+or batch writer (``support.write_batch_output``); tests/spark checks the same on a real sink.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from attribution.spark.output import (
+    NotAttributionOutput,
+    committed_files,
+    read_attribution_rows,
+    read_attributions,
+)
+from support import attribution_record, write_batch_output, write_sink_output
+
+HOUR = 3_600_000
+# Spec sections 7 and 8: the columns' values when their features are off.
+FEATURES_OFF = {"impression_campaign": None, "goal_value": None, "credited_value": None,
+                "sign": 1, "revision": 0, "emit_timing": "ON_TIME"}
+
+
+def batches(count: int) -> list[list[dict]]:
+    """``count`` micro-batches; batch ``n`` holds goals ``g<n>a`` (attributed), ``g<n>b``
+    (organic)."""
+    return [[attribution_record(f"g{n}a", n * HOUR, impression=n),
+             attribution_record(f"g{n}b", n * HOUR + 1)] for n in range(count)]
+
+
+def goals(frame) -> list[str]:
+    return sorted(frame["goal_event_id"])
+
+
+def test_only_files_the_log_lists_are_read(tmp_path):
+    out = tmp_path / "output with space"  # the log's URIs are percent-encoded
+    parts = write_sink_output(out, batches(3))
+    # What a job killed during batch 3 leaves: a complete part file and a 0-byte one that no log
+    # file lists, and the log's own temporary and checksum files.
+    shutil.copy(parts[2], out / "part-00000-uncommitted-c000.snappy.parquet")
+    (out / "part-00001-killed-c000.snappy.parquet").write_bytes(b"")
+    (out / "_spark_metadata" / ".3.0f1e2d.tmp").write_text("v1\n{\"path\": \"nowhere\"}")
+    (out / "_spark_metadata" / ".0.crc").write_bytes(b"\x00")
+
+    assert committed_files(out) == parts
+    frame = read_attributions(out)
+    assert goals(frame) == ["g0a", "g0b", "g1a", "g1b", "g2a", "g2b"]
+    with pytest.raises(pa.ArrowInvalid):  # a listing trips over the 0-byte file ...
+        pq.read_table(out)
+    (out / "part-00001-killed-c000.snappy.parquet").unlink()
+    assert pq.read_table(out).num_rows == 8  # ... or counts batch 2 twice
+    assert len(read_attributions(out)) == 6
+
+
+@pytest.mark.parametrize("old_log_files", ["kept", "deleted"])
+def test_a_compact_file_and_the_batches_after_it(tmp_path, old_log_files):
+    parts = write_sink_output(tmp_path, batches(6), compact_interval=3)  # 2.compact, 5.compact
+    log = tmp_path / "_spark_metadata"
+    assert sorted(p.name for p in log.iterdir()) == ["0", "1", "2.compact", "3", "4", "5.compact"]
+    (log / "5.compact").rename(log / "5")  # batch 5 as a delta: read 2.compact, 3, 4, 5
+    if old_log_files == "deleted":  # as Spark's cleanup does after a compaction
+        (log / "0").unlink()
+        (log / "1").unlink()
+    assert committed_files(tmp_path) == parts
+    assert len(read_attributions(tmp_path)) == 12
+
+
+def test_delete_entries_remove_a_file(tmp_path):
+    parts = write_sink_output(tmp_path, batches(2))
+    entry = json.loads((tmp_path / "_spark_metadata" / "0").read_text().split("\n")[1])
+    (tmp_path / "_spark_metadata" / "2").write_text(
+        "v1\n" + json.dumps({**entry, "action": "delete"}))
+    assert committed_files(tmp_path) == parts[1:]
+    assert goals(read_attributions(tmp_path)) == ["g1a", "g1b"]
+
+
+def test_a_batch_output_counts_once_its_success_marker_exists(tmp_path):
+    records = batches(1)[0]
+    write_batch_output(tmp_path, records, success=False)
+    with pytest.raises(NotAttributionOutput, match="neither a streaming file sink's "
+                                                   "_spark_metadata/ log nor a batch write's "
+                                                   "_SUCCESS marker"):
+        read_attributions(tmp_path)
+    write_batch_output(tmp_path, records)
+    assert goals(read_attributions(tmp_path)) == ["g0a", "g0b"]
+
+
+def test_output_without_the_added_columns_reads_with_their_defaults(tmp_path):
+    write_batch_output(tmp_path / "old", batches(1)[0])
+    frame = read_attributions(tmp_path / "old")
+    for column, default in FEATURES_OFF.items():
+        expected = [default] * 2
+        values = [None if v != v else v for v in frame[column]]  # NaN -> None
+        assert values == expected, column
+    assert frame["impression_id"].isna().tolist() == [False, True]
+
+
+def test_added_columns_are_read_as_written_and_files_without_them_get_defaults(tmp_path):
+    new = [attribution_record("g9", 9 * HOUR, impression=9, impression_campaign="spring",
+                              goal_value=20.0, credited_value=20.0, sign=-1, revision=2,
+                              emit_timing="LATE")]
+    parts = write_sink_output(tmp_path, [batches(1)[0], new])
+    assert pq.read_schema(parts[0]).names != pq.read_schema(parts[1]).names
+    frame = read_attributions(tmp_path).set_index("goal_event_id")
+    assert frame.loc["g9", ["impression_campaign", "goal_value", "credited_value", "sign",
+                            "revision", "emit_timing"]].tolist() == ["spring", 20.0, 20.0, -1, 2,
+                                                                     "LATE"]
+    assert frame.loc["g0a", ["sign", "revision", "emit_timing"]].tolist() == [1, 0, "ON_TIME"]
+
+
+def test_a_log_without_batches_is_an_output_without_rows(tmp_path):
+    (tmp_path / "_spark_metadata").mkdir()
+    frame = read_attributions(tmp_path)
+    assert frame.empty and {"goal_event_id", "credit", "sign"} <= set(frame.columns)
+
+
+def test_rows_of_a_truth_file_and_of_an_output_directory_are_core_rows(tmp_path):
+    write_batch_output(tmp_path / "out", batches(1)[0])
+    part = next((tmp_path / "out").glob("part-*"))
+    rows = read_attribution_rows(tmp_path / "out")
+    assert rows == read_attribution_rows(part)
+    assert [(r.goal_event_id, r.impression_id, r.goal_ts, r.trail) for r in rows] == [
+        ("g0a", 0, 0, ("/landing",)), ("g0b", None, 1, ())]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "does not exist"),
+    ("empty", "holds no committed Spark output"),
+    ("events", "holds no committed Spark output"),
+    ("foreign", "is not attribution output: it lacks the columns user_id, goal_event_id"),
+    ("not parquet", "is not a readable Parquet file"),
+    ("version", "unsupported file sink log version 'v2'; expected 'v1'"),
+    ("gap", "no log file for batch 1 \\(latest batch 2\\)"),
+    ("lost file", "committed file .* is missing"),
+])
+def test_what_is_not_attribution_output_is_refused(tmp_path, case, message):
+    out = tmp_path / "out"
+    if case == "empty":
+        out.mkdir()
+    elif case == "events":
+        out.mkdir()
+        (out / "part-0.json").write_text('{"event_id": "e1"}\n')
+    elif case == "foreign":
+        out.mkdir()
+        pq.write_table(pa.table({"raw_record": ["{}"], "reason": ["bad"]}), out / "part-0.parquet")
+        (out / "_SUCCESS").write_text("")
+    elif case == "not parquet":
+        out.mkdir()
+        (out / "part-0.parquet").write_text("not parquet")
+        (out / "_SUCCESS").write_text("")
+    elif case == "version":
+        write_sink_output(out, batches(1))
+        (out / "_spark_metadata" / "0").write_text("v2\n")
+    elif case == "gap":
+        write_sink_output(out, batches(3))
+        (out / "_spark_metadata" / "1").unlink()
+    elif case == "lost file":
+        write_sink_output(out, batches(2))[1].unlink()
+    with pytest.raises(NotAttributionOutput, match=message):
+        read_attributions(out)
