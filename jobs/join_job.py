@@ -226,8 +226,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "query (default: <output>-dead-letter)")
     parser.add_argument("--max-future-skew", type=_duration, default=DEFAULT_MAX_FUTURE_SKEW,
                         metavar="DURATION",
-                        help="reject events whose ts is more than this ahead of the micro-batch's "
-                             "processing time, so that one bad clock cannot drag the watermark "
+                        help="reject events whose ts is more than this ahead of their file's "
+                             "modification time, so that one bad clock cannot drag the watermark "
                              "forward and make every later event late (default: %(default)s)")
     parser.add_argument("--metrics", default=None, metavar="FILE.json",
                         help="write the cleanup rules, Spark's strategy per side and per-batch "

@@ -5,6 +5,7 @@
     python -m benchmarks.streaming --scale             # 250k, 500k and 1M: how cost grows
     python -m benchmarks.streaming --state-growth      # long horizon: state with and without GC
     python -m benchmarks.streaming --join              # the click-through join, every strategy
+    python -m benchmarks.streaming --models all        # every attribution model in each run
     make bench-sustainable                             # highest rate each query keeps up with
 
 One dataset per size is generated with the project's generator (Parquet, which Spark decodes far

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from attribution.config import parse_duration_ms
+from attribution.config import DEFAULT_MODELS, parse_duration_ms, parse_models
 
 from . import __doc__ as OVERVIEW
 from .kinds import RUN_KINDS, STREAM_BACKENDS
@@ -111,6 +111,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-state-encoding", dest="state_encoding", action="store_false",
                         help="skip measuring state bytes per retained event with the core")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default: %(default)s)")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), metavar="LIST",
+                        help="attribution models of every run, comma-separated, or 'all' "
+                             "(default: %(default)s)")
     parser.add_argument("--master", default=None,
                         help="Spark master under plain python (default: local[*])")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
@@ -131,6 +134,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sample-interval", type=float, default=0.2, metavar="SECONDS",
                         help="RSS sampling period (default: %(default)s)")
     args = parser.parse_args(argv)
+    try:
+        args.models = parse_models(args.models)
+    except ValueError as err:
+        parser.error(f"--models: {err}")
     args.kinds = [k.strip() for k in args.runs.split(",") if k.strip()]
     unknown = [k for k in args.kinds if k not in RUN_KINDS]
     if unknown:

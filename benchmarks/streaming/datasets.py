@@ -6,10 +6,15 @@ import io
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from attribution.config import DEFAULT_WATERMARK_DELAY, AttributionConfig, parse_duration_ms
+from attribution.config import (
+    DEFAULT_MODELS,
+    DEFAULT_WATERMARK_DELAY,
+    AttributionConfig,
+    parse_duration_ms,
+)
 
 from .kinds import NATIVE_WINDOW
 from .report import log
@@ -41,8 +46,9 @@ def _events_per_user(base: dict) -> float:
 
 
 def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
-                 **overrides) -> Dataset:
-    """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under ``root``."""
+                 models: tuple = DEFAULT_MODELS, **overrides) -> Dataset:
+    """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under
+    ``root``; its runs attribute with ``models``."""
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
@@ -58,7 +64,8 @@ def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
     return Dataset(label=label, root=root, events_dir=result.events_dir, records=result.records,
                    files=len(result.event_files),
                    final_watermark_ms=heartbeat - params.watermark_delay_ms,
-                   watermark_delay=params.watermark_delay, config=params.attribution_config())
+                   watermark_delay=params.watermark_delay,
+                   config=replace(params.attribution_config(), models=models))
 
 
 def closed_window_events(dataset: Dataset) -> int:

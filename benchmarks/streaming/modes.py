@@ -64,7 +64,7 @@ def warm_up(bench: Bench, args) -> None:
     class loading and JIT compilation, which would otherwise be charged to whichever kind the
     interleaving happens to put first."""
     dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
-                           args.seed + 1, "warm-up")
+                           args.seed + 1, "warm-up", args.models)
     # The main table warms what it runs; the other modes run the native count and both backends.
     kinds = [k for k in (NATIVE, *STREAM_BACKENDS, BATCH) if args.only_modes or k in args.kinds]
     for kind in kinds:
@@ -76,7 +76,8 @@ def warm_up(bench: Bench, args) -> None:
 def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) -> dict:
     """Every kind of ``kinds``, ``args.repeats`` times, on one dataset of about ``events``
     records tagged ``label``; return its summaries, runs, state encoding and rendered table."""
-    dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label)
+    dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label,
+                           args.models)
     results = run_size(bench, dataset, kinds, args.repeats)
     summaries = summarise(results, kinds)
     encoding = {}
@@ -130,7 +131,7 @@ def state_growth_mode(bench: Bench, args) -> dict:
     overrides = {"lookback": GROWTH_LOOKBACK, "span": GROWTH_SPAN, "sessions_per_user": 2.0,
                  "session_gap": "1 day"}
     dataset = make_dataset(bench.work / "data" / "growth", args.growth_events, args.growth_files,
-                           args.seed, "state-growth", **overrides)
+                           args.seed, "state-growth", args.models, **overrides)
     horizon_days = parse_duration_ms(GROWTH_SPAN) / lookback_ms
     print(f"\n== state growth: {dataset.records:,} records, users arriving over {GROWTH_SPAN} "
           f"(about {horizon_days:.0f}x the {GROWTH_LOOKBACK} lookback), {dataset.files} files, "
@@ -185,7 +186,7 @@ LEVERS = (
 def lever_mode(bench: Bench, args) -> dict:
     """Every lever once on one dataset, next to the job's own run and the native count."""
     dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, args.files,
-                           args.seed, "levers")
+                           args.seed, "levers", args.models)
     reference = bench.run(CORE, dataset, 0)
     print(f"\n== levers: {dataset.records:,} records, {dataset.files} files, one per micro-batch; "
           "the bare attribution query unless noted; one run each ==")

@@ -160,7 +160,8 @@ class Bench:
                 "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint"),
                 "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
-                "--dedup-window", f"{dataset.config.dedup_window_ms} ms"]
+                "--dedup-window", f"{dataset.config.dedup_window_ms} ms",
+                "--models", ",".join(dataset.config.models)]
         if kind == BATCH:
             argv += ["--mode", "batch"]
         else:
@@ -205,9 +206,11 @@ class Bench:
 
             with self.session_conf(conf):
                 _, seconds, memory, batches = self.timed(query, "benchmark_bare")
-            counts = self.spark.read.parquet(str(scratch / "out")).agg(
-                F.count(F.lit(1)).alias("goals"), F.count("impression_id").alias("attributed")
-            ).first()
+            first_model = F.col("model") == F.lit(dataset.config.models[0])
+            counts = self.spark.read.parquet(str(scratch / "out")).filter(first_model).agg(
+                F.count_distinct("user_id", "goal_event_id").alias("goals"),
+                F.count_distinct(F.when(F.col("impression_id").isNotNull(), F.col("user_id")),
+                                 "goal_event_id").alias("attributed")).first()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         check = "ok" if (counts.goals, counts.attributed) == (dataset.goals, dataset.attributed) \
@@ -224,10 +227,17 @@ class Bench:
             return attribute_batch(read_events_arrow(dataset.events_dir), dataset.config)
 
         rows, seconds, memory, _ = self.timed(attribute)
-        goals, attributed = len(rows), sum(1 for r in rows if not r.organic)
+        goals, attributed = goal_counts(rows, dataset.config.models[0])
         if not dataset.goals:  # the first core run is the reference for the Spark runs
             dataset.goals, dataset.attributed = goals, attributed
         check = "ok" if (goals, attributed) == (dataset.goals, dataset.attributed) else "FAIL"
         return RunResult(CORE, dataset.label, repeat, dataset.records, seconds, memory,
                          goals=goals, attributed=attributed, check=check)
 
+
+def goal_counts(rows, model: str) -> tuple[int, int]:
+    """Goals, and goals ``model`` credited to an impression, among attribution rows (a model may
+    give a goal several rows)."""
+    goals = {(r.user_id, r.goal_event_id) for r in rows if r.model == model}
+    attributed = {(r.user_id, r.goal_event_id) for r in rows if r.model == model and not r.organic}
+    return len(goals), len(attributed)
