@@ -7,6 +7,7 @@
     python -m benchmarks.streaming --join              # the click-through join, every strategy
     python -m benchmarks.streaming --models all        # every attribution model in each run
     make bench-sustainable                             # highest rate each query keeps up with
+    python -m benchmarks.streaming --cost-model        # seconds per micro-batch: events, state
 
 One dataset per size is generated with the project's generator (Parquet, which Spark decodes far
 faster than JSON lines, so the input format does not hide the stateful work), in ``--files``
@@ -31,7 +32,9 @@ windows the final watermark closed).
 
 Modules: ``cli`` (arguments, the run of every mode asked for), ``modes`` (main table, scale,
 state growth, levers, join), ``sustainable`` (the sustainable-throughput mode, fed live by the
-load generator: its definitions are in its docstring), ``runs`` (one timed run of one kind), ``datasets`` (generating the
+load generator: its definitions are in its docstring), ``cost_model`` (the cost model per
+job layout, the state-scaling check and the sizing table: its definitions are in its
+docstring), ``runs`` (one timed run of one kind), ``datasets`` (generating the
 input and the facts runs are checked against), ``report`` (summaries, tables, formatting),
 ``listeners`` (micro-batch progress and state figures), ``sampling`` (memory and CPU from
 ``/proc``), ``kinds`` (what runs, and its labels).

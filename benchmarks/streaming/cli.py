@@ -12,7 +12,8 @@ from pathlib import Path
 from attribution.config import DEFAULT_MODELS, parse_duration_ms, parse_models
 
 from . import __doc__ as OVERVIEW
-from .kinds import RUN_KINDS, STREAM_BACKENDS
+from .cost_model import DEFAULT_BATCH_SIZES, cost_model_mode, parse_batch_sizes
+from .kinds import JOB_LAYOUTS, RUN_KINDS, STREAM_BACKENDS
 from .modes import (
     GROWTH_LOOKBACK,
     GROWTH_SPAN,
@@ -101,9 +102,28 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "first quarter is not measured (default: %(default)s)")
     parser.add_argument("--sustainable-file-interval", default="1 second", metavar="DURATION",
                         help="one new input file per interval (default: %(default)s)")
+    parser.add_argument("--cost-model", action="store_true",
+                        help="instead of the main table: per job layout, fit seconds per "
+                             "micro-batch = a + b x events + c x MB of state, check that 4x the "
+                             "micro-batches cost at most 4.5x the time, print a sizing table "
+                             "(see benchmarks/streaming/cost_model.py)")
+    parser.add_argument("--cost-batch-events", default=DEFAULT_BATCH_SIZES, metavar="LIST",
+                        help="events per micro-batch of the cost model's runs, comma-separated, "
+                             "at least two sizes (default: %(default)s)")
+    parser.add_argument("--cost-batches", type=int, default=12, metavar="N",
+                        help="micro-batches per cost-model run, a multiple of 4, at least 8 "
+                             "(default: %(default)s)")
+    parser.add_argument("--cost-layouts", default=",".join(JOB_LAYOUTS), metavar="LIST",
+                        help="job layouts of the cost model, a subset of: "
+                             + ", ".join(JOB_LAYOUTS) + " (default: all)")
+    parser.add_argument("--cost-repeats", type=int, default=1, metavar="R",
+                        help="runs per layout and size, interleaved; the points are medians "
+                             "(default: %(default)s)")
+    parser.add_argument("--cost-trigger", default="1 minute", metavar="DURATION",
+                        help="trigger interval of the sizing table (default: %(default)s)")
     parser.add_argument("--only-modes", action="store_true",
-                        help="skip the main table; run only --state-growth, --join, --levers "
-                             "and/or --sustainable")
+                        help="skip the main table; run only --state-growth, --join, --levers, "
+                             "--sustainable and/or --cost-model")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
                         help=f"skip the untimed warm-up run of every Spark kind on "
                              f"{WARMUP_EVENTS:,} events (at most --events) before the measured "
@@ -148,7 +168,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if any(b not in STREAM_BACKENDS for b in args.growth_backends):
         parser.error(f"--growth-backends: choose from {', '.join(STREAM_BACKENDS)}")
     for name in ("events", "repeats", "files", "max_files_per_trigger", "growth_events",
-                 "growth_files", "lever_events", "sustainable_min_rate", "sustainable_probes"):
+                 "growth_files", "lever_events", "sustainable_min_rate", "sustainable_probes",
+                 "cost_repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.join_events is None:
@@ -158,10 +179,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         parser.error("--conf takes KEY=VALUE")
     if args.only_modes and not (args.state_growth or args.join or args.levers
-                                or args.sustainable):
-        parser.error("--only-modes needs --state-growth, --join, --levers and/or --sustainable")
+                                or args.sustainable or args.cost_model):
+        parser.error("--only-modes needs --state-growth, --join, --levers, --sustainable and/or "
+                     "--cost-model")
     _check_sustainable(parser, args)
+    _check_cost_model(parser, args)
     return args
+
+
+def _check_cost_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Parse and check the --cost-* options; a bad one is a usage error."""
+    try:
+        args.cost_batch_events = parse_batch_sizes(args.cost_batch_events)
+    except ValueError as err:
+        parser.error(str(err))
+    args.cost_layouts = [k.strip() for k in args.cost_layouts.split(",") if k.strip()]
+    unknown = [k for k in args.cost_layouts if k not in JOB_LAYOUTS]
+    if unknown or not args.cost_layouts:
+        parser.error(f"--cost-layouts: unknown layout(s) {', '.join(unknown) or '(none)'}; "
+                     f"choose from {', '.join(JOB_LAYOUTS)}")
+    if args.cost_batches < 8 or args.cost_batches % 4:
+        parser.error(f"--cost-batches must be a multiple of 4, at least 8, got "
+                     f"{args.cost_batches}")
+    try:
+        args.cost_trigger_ms = parse_duration_ms(args.cost_trigger, "--cost-trigger")
+    except ValueError as err:
+        parser.error(str(err))
+    if args.cost_trigger_ms <= 0:
+        parser.error(f"--cost-trigger must be longer than 0, got {args.cost_trigger!r}")
 
 
 def _check_sustainable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -209,13 +254,14 @@ def run(spark, args) -> dict:
         with bench.sampler:
             if args.warmup:
                 warm_up(bench, args)
-            if not args.only_modes:
-                if args.scale:
-                    results["scale"] = scale_mode(bench, args, args.kinds)
-                else:
-                    section = main_table(bench, args, args.kinds, args.events, "main")
-                    print_main(section, args)
-                    results["main"] = section
+            if args.scale and not args.only_modes:
+                results["scale"] = scale_mode(bench, args, args.kinds)
+            elif not (args.only_modes or args.cost_model):
+                section = main_table(bench, args, args.kinds, args.events, "main")
+                print_main(section, args)
+                results["main"] = section
+            if args.cost_model:
+                results["cost_model"] = cost_model_mode(bench, args)
             if args.state_growth:
                 results["state_growth"] = state_growth_mode(bench, args)
             if args.join:

@@ -16,3 +16,16 @@ RUN_LABELS = {
 }
 # The native count's event-time window.
 NATIVE_WINDOW = "10 minutes"
+# The attribution job's state layouts, as the sustainable and cost-model modes run them: the
+# backend and the job's further command-line options.
+JOB_LAYOUTS = {
+    "job": ("applyInPandasWithState", ()),
+    "job-per-user": ("applyInPandasWithState", ("--state-buckets", "0")),
+    "job-tws": ("transformWithState", ()),
+}
+JOB_LAYOUT_LABELS = {
+    "job": "attribution job, bucketed state (default)",
+    "job-per-user": "attribution job, per-user keys",
+    "job-tws": "attribution job, transformWithState",
+}
+DEFAULT_LAYOUT = "job"

@@ -6,7 +6,10 @@ import json
 import sys
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Optional
+
+from .sampling import cpu_between
 
 
 class ProgressRecorder:
@@ -104,6 +107,31 @@ class StateStats:
     rows_per_batch: list = field(default_factory=list)
     bytes_per_batch: list = field(default_factory=list)
     durations_per_batch: list = field(default_factory=list)  # Spark's durationMs, for the JSON
+
+
+def epoch_s(timestamp: str) -> float:
+    """Seconds since the epoch of a progress report's ISO-8601 ``timestamp``."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None) -> list[dict]:
+    """Per micro-batch of ``batches`` (the progress of micro-batches that ran, in order): its
+    input rows, its wall time (``triggerExecution``, seconds), the CPU seconds the sampled
+    processes used meanwhile (from ``cpu_timeline``, ``MemoryPeaks.cpu_timeline``; None
+    without it) and, summed over the stateful operators, the state rows and the state store's
+    size on disk (RocksDB SST files, bytes) at its end."""
+    out = []
+    for p in batches:
+        ops = p.get("stateOperators") or []
+        seconds = p["durationMs"]["triggerExecution"] / 1000
+        start = epoch_s(p["timestamp"])
+        out.append({
+            "batch": p["batchId"], "input_rows": p["numInputRows"], "seconds": seconds,
+            "cpu_seconds": cpu_between(cpu_timeline or [], start, start + seconds),
+            "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
+            "sst_bytes": sum((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)
+                             for op in ops)})
+    return out
 
 
 def state_stats(batches: list[dict]) -> StateStats:

@@ -8,13 +8,19 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from attribution.config import parse_duration_ms, spark_interval
 
 from .datasets import Dataset, closed_window_events, read_events_arrow
 from .kinds import BATCH, CORE, NATIVE, NATIVE_WINDOW
-from .listeners import ProgressRecorder, StateStats, batches_with_data, state_stats
+from .listeners import (
+    ProgressRecorder,
+    StateStats,
+    batches_with_data,
+    micro_batch_figures,
+    state_stats,
+)
 from .sampling import MemoryPeaks, MemorySampler
 
 
@@ -34,14 +40,17 @@ class RunResult:
     goals: Optional[int] = None
     attributed: Optional[int] = None
     check: str = "n/a"
+    micro_batches: list = field(default_factory=list)  # listeners.micro_batch_figures
 
     @property
     def events_per_s(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else float("nan")
 
     def as_dict(self) -> dict:
-        """Every field, and the rate, for the JSON report."""
-        return {**asdict(self), "events_per_s": self.events_per_s}
+        """Every field but the CPU samples, and the rate, for the JSON report."""
+        out = {**asdict(self), "events_per_s": self.events_per_s}
+        del out["memory"]["cpu_timeline"]
+        return out
 
 
 def native_counts(events, watermark_delay: str):
@@ -121,7 +130,7 @@ class Bench:
 
     def run(self, kind: str, dataset: Dataset, repeat: int, **job_options) -> RunResult:
         """One timed run of ``kind`` over ``dataset``; ``repeat`` tags it, ``job_options`` go to
-        the attribution job (``lookback``)."""
+        the attribution job (``lookback``, ``options``)."""
         scratch = self.scratch(kind)
         try:
             if kind == NATIVE:
@@ -153,7 +162,10 @@ class Bench:
 
     # (b) and (c)
     def _job(self, kind: str, dataset: Dataset, repeat: int, scratch: Path,
-             lookback: Optional[str] = None) -> RunResult:
+             lookback: Optional[str] = None, options: Sequence[str] = ()) -> RunResult:
+        """The attribution job as its command line runs it: ``kind`` is a backend or ``BATCH``;
+        ``lookback`` replaces the dataset's (its answer is then not checked), ``options`` are
+        further command-line options (e.g. ``--state-buckets 0``)."""
         from jobs.attribution_job import parse_args, run
 
         argv = ["--events", str(dataset.events_dir), "--format", "parquet",
@@ -167,7 +179,7 @@ class Bench:
         else:
             argv += ["--backend", kind, "--max-files-per-trigger",
                      str(self.args.max_files_per_trigger)]
-        args = parse_args(argv)
+        args = parse_args([*argv, *options])
         report, seconds, memory, batches = self.timed(
             lambda: run(self.spark, args), None if kind == BATCH else "attribution")
         check = "ok"
@@ -179,7 +191,7 @@ class Bench:
             check = "n/a"
         return RunResult(kind, dataset.label, repeat, dataset.records, seconds, memory,
                          state_stats(batches), report.batches, report.goals, report.attributed,
-                         check)
+                         check, micro_batch_figures(batches, memory.cpu_timeline))
 
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
                  **stream_options) -> RunResult:

@@ -2,11 +2,13 @@
 driver, read from ``/proc`` by a background thread."""
 from __future__ import annotations
 
+import bisect
 import os
 import threading
+import time
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 MIB = 1024 * 1024
@@ -59,6 +61,26 @@ class MemoryPeaks:
     total: int = 0     # JVM + workers + driver, at one instant
     samples: int = 0
     cpu_seconds: float = 0.0  # CPU time the whole process tree used in the window
+    # (epoch seconds, CPU seconds used since the window began) at every sample, for cpu_between.
+    cpu_timeline: list = field(default_factory=list, repr=False)
+
+
+def cpu_between(timeline: list, start: float, end: float) -> Optional[float]:
+    """The CPU seconds used from ``start`` to ``end`` (epoch seconds) by the sampled processes,
+    interpolated linearly between the samples of ``timeline`` (``MemoryPeaks.cpu_timeline``);
+    None when the samples do not cover that span."""
+    times = [t for t, _ in timeline]
+    if not times or start < times[0] or end > times[-1] or end < start:
+        return None
+
+    def used_at(moment: float) -> float:
+        i = bisect.bisect_left(times, moment)
+        if times[i] == moment:
+            return timeline[i][1]
+        (t0, c0), (t1, c1) = timeline[i - 1], timeline[i]
+        return c0 + (c1 - c0) * (moment - t0) / (t1 - t0)
+
+    return used_at(end) - used_at(start)
 
 
 class MemorySampler:
@@ -120,6 +142,7 @@ class MemorySampler:
             # The next window starts from the live processes only (pids can be reused).
             self._cpu_base = {pid: self._cpu_last[pid] for pid in self._alive}
             self._cpu_last = dict(self._cpu_base)
+            self.peaks.cpu_timeline.append((time.time(), 0.0))
         return peaks
 
     def _loop(self) -> None:
@@ -150,3 +173,5 @@ class MemorySampler:
             # Exited processes keep their last value: the window still counts what they used.
             self._cpu_last.update(cpu)
             self._alive = set(cpu)
+            p.cpu_timeline.append((time.time(), sum(
+                used - self._cpu_base.get(pid, 0.0) for pid, used in self._cpu_last.items())))

@@ -74,38 +74,29 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark_interval
 
-from .kinds import NATIVE, NATIVE_WINDOW
-from .listeners import batches_with_data
+from .kinds import JOB_LAYOUT_LABELS, JOB_LAYOUTS, NATIVE, NATIVE_WINDOW
+from .listeners import batches_with_data, epoch_s
 from .report import align_table, fmt_number, log
 from .runs import Bench, native_counts
 from .sampling import MIB
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSTHROUGH = "passthrough"
-# The attribution job's command-line options per kind.
-JOB_OPTIONS = {
-    "job": [],
-    "job-per-user": ["--state-buckets", "0"],
-    "job-tws": ["--backend", "transformWithState"],
-}
-SUSTAINABLE_KINDS = (NATIVE, PASSTHROUGH, *JOB_OPTIONS)
+SUSTAINABLE_KINDS = (NATIVE, PASSTHROUGH, *JOB_LAYOUTS)
 SUSTAINABLE_LABELS = {
     NATIVE: "native window count",
     PASSTHROUGH: "pass-through (the floor)",
-    "job": "attribution job, bucketed state (default)",
-    "job-per-user": "attribution job, per-user keys",
-    "job-tws": "attribution job, transformWithState",
+    **JOB_LAYOUT_LABELS,
 }
 JOB_QUERY = "attribution"  # the job's main query (jobs/attribution_job.py)
 QUERY_NAMES = {NATIVE: "sustainable_native", PASSTHROUGH: "sustainable_passthrough",
-               **dict.fromkeys(JOB_OPTIONS, JOB_QUERY)}
+               **dict.fromkeys(JOB_LAYOUTS, JOB_QUERY)}
 LOAD_USERS = 100_000
 LOAD_SHORTFALL = 0.95
 MIN_MEASURED_BATCHES = 3
@@ -163,8 +154,10 @@ def _start_query(bench: Bench, kind: str, events_dir: Path, out: Path, checkpoin
                  trigger: str) -> Callable[[float], bool]:
     """Start ``kind``'s query on ``events_dir`` with a processing-time ``trigger``; return the
     function that stops it (see ``_stop_when_idle``), raising if it had failed before."""
-    if kind in JOB_OPTIONS:
-        return _start_job(bench, JOB_OPTIONS[kind], events_dir, out, checkpoint, trigger)
+    if kind in JOB_LAYOUTS:
+        backend, options = JOB_LAYOUTS[kind]
+        return _start_job(bench, ["--backend", backend, *options], events_dir, out, checkpoint,
+                          trigger)
     from attribution.spark.readers import read_event_stream
 
     events = read_event_stream(bench.spark, str(events_dir), "parquet")
@@ -336,11 +329,6 @@ def _goal_commits(kind: str, out: Path, goals: dict) -> dict:
     return commits
 
 
-def _epoch_s(timestamp: str) -> float:
-    """Seconds since the epoch of a progress report's ISO-8601 ``timestamp``."""
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-
-
 def analyse(kind: str, rate: int, settings: dict, events_dir: Path, out: Path,
             progress: list[dict]) -> dict:
     """The figures of one probe of ``kind`` at ``rate``, from its input files, its output's
@@ -354,7 +342,7 @@ def analyse(kind: str, rate: int, settings: dict, events_dir: Path, out: Path,
     batches, read = [], 0
     for p in batches_with_data(progress):
         read += p["numInputRows"]
-        started = _epoch_s(p["timestamp"])
+        started = epoch_s(p["timestamp"])
         seconds = p["durationMs"]["triggerExecution"] / 1000
         arrived = sum(rows for arrival, rows, _ in files if arrival <= started + seconds)
         batches.append({"start_s": started - load_start, "seconds": seconds,
