@@ -43,6 +43,7 @@ from jobs.runtime import (
     check_sink_directory,
     default_log_file,
     start_spark,
+    stop_after_current_batch,
     unexpected_failure,
 )
 from joins import (
@@ -495,7 +496,7 @@ class ClickJoinRun:
         return "\n".join(lines)
 
 
-def run(spark, args) -> ClickJoinRun:
+def run(spark, args, stop: Optional[StopRequests] = None) -> ClickJoinRun:
     """Start the join and its dead-letter query; follow them until the trigger finishes
     (available-now) or Ctrl-C."""
     from pyspark.sql import functions as F
@@ -526,12 +527,14 @@ def run(spark, args) -> ClickJoinRun:
     try:
         while not query.awaitTermination(1):
             follow.poll()
+            if stop is not None and stop.requested:  # SIGINT or SIGTERM: keep the batch in flight
+                for running in (query, dead_letter_query):
+                    stop_after_current_batch(running)
+                break
             if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
                 query.stop()  # surface the dead-letter failure instead of running without it
                 raise dead_letter_query.exception()
         dead_letter_query.awaitTermination()
-    except KeyboardInterrupt:
-        print("stopping: interrupted; restart with the same --checkpoint to resume", file=sys.stderr)
     finally:
         for running in (query, dead_letter_query):  # one failed: do not leave the other behind
             if running.isActive:
@@ -550,10 +553,11 @@ def write_metrics(follow: ClickJoinRun, args) -> None:
 
 def main(argv=None) -> int:
     """Run the join; returns its exit code (``commandline.exits.ExitCode``): one ``error:`` line
-    for a failure, Spark's log in --log-file, SIGINT/SIGTERM stop the query and report."""
+    for a failure, Spark's log in --log-file, SIGINT/SIGTERM stop the query after the current
+    micro-batch and report."""
     args = parse_args(argv)
     log_file = args.log_file or default_log_file("click-join")
-    with StopRequests(interrupt=True) as stop:  # run() stops the query on KeyboardInterrupt
+    with StopRequests(announce="stopping after the current micro-batch") as stop:
         started_log = None
         try:
             check_input(args.events, args.format)
@@ -561,7 +565,7 @@ def main(argv=None) -> int:
             check_sink_directory(args.output, "--output", args.checkpoint)
             spark, started_log = start_spark("click-join", args.master, args.shuffle_partitions,
                                              log_file, args.quiet, stop)
-            follow = run(spark, args)
+            follow = run(spark, args, stop)
         except JoinSpecError as err:
             return report_failure(Failure(ExitCode.USAGE, str(err)))
         except Failure as failure:
