@@ -216,8 +216,9 @@ def multi_touch_events(dest: Path, seed: int = 5) -> Path:
     return stage_in_arrival_order(sorted(src.glob("part-*.json")), dest)
 
 
-def stage_in_arrival_order(files, dest: Path) -> Path:
-    """Copy event files into ``dest`` with strictly increasing modification times.
+def stage_in_arrival_order(files, dest: Path, first_mtime: int = FILE_TIME) -> Path:
+    """Copy event files into ``dest`` with strictly increasing modification times, from
+    ``first_mtime`` (epoch seconds) on.
 
     Spark's file source orders new files by modification time, not by name; files checked out
     together share one, so a stream would read them in arbitrary order.
@@ -227,7 +228,7 @@ def stage_in_arrival_order(files, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for n, f in enumerate(files):
         target = Path(shutil.copy(f, dest))
-        os.utime(target, (FILE_TIME + n, FILE_TIME + n))
+        os.utime(target, (first_mtime + n, first_mtime + n))
     return dest
 
 
