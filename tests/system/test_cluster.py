@@ -219,5 +219,5 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
             assert (executor_dir / "streamjoin.zip").exists(), \
                 f"{executor_dir} did not receive the project's packages"
     for backend, report in reports.items():
-        assert f"attribution stream run ({backend})" in report and "late dropped : 0" in report
+        assert f"attribution stream run ({backend})" in report and "late dropped   : 0" in report
         assert committed_attributions(spark, tmp_path / backend / "out") == truth, backend
