@@ -42,6 +42,8 @@ def model_bit(model: str) -> int:
 
 # last_touch's bit: what the consumed mark of state from before other models existed stands for.
 LAST_TOUCH = model_bit("last_touch")
+# Every model's bit, looked up once per firing.
+MODEL_BITS = {m: model_bit(m) for m in MODELS}
 
 
 def parse_models(value: Union[str, Iterable[str]]) -> tuple[str, ...]:

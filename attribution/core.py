@@ -4,7 +4,7 @@
 min-goal timer) and exposes the DoFn's moves as plain methods:
 
 * ``add(events, watermark)``: buffer a batch of the user's events (late ones are counted and
-  dropped, redeliveries deduplicated by ``event_id``);
+  dropped; copies of one ``event_id`` resolved by rule 1's order, ``copy_order``);
 * ``fire(watermark)``: attribute every pending goal at or below the watermark, in order, under
   every model of the configuration (section 6);
 * ``gc(watermark)``: forget what can no longer matter (spec section 3);
@@ -16,17 +16,18 @@ A Spark backend is an adapter: state bytes and events in, rows and a timer out.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional, Union
 
 import fastavro
 
-from .config import LAST_TOUCH, AttributionConfig, model_bit
+from .config import LAST_TOUCH, MODEL_BITS, AttributionConfig, model_bit
 from .events import Event
 from .models import credits
-from .paths import Impression, ReferrerIndex, Visit
-from .revisions import Emitted, emit_timing, revise
+from .paths import BY_TIME, Impression, ReferrerIndex, Visit
+from .revisions import Emitted, emit_timing, retract, revise
 from .schema import OUTPUT_DEFAULTS
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
@@ -73,16 +74,54 @@ class Attribution(NamedTuple):
         return record
 
 
+def copy_order(record: Union[Visit, Impression]) -> tuple:
+    """Rule 1's total order on the copies of one record: the copy with the smallest key is the
+    one kept, whatever the arrival order.
+
+    The key is ``ts``, then ``event_type`` as text (``impression`` before ``visit``), then the
+    type's own fields in the event schema's order: ``impression_id``, ``source_url``,
+    ``target_url``, ``campaign`` for an impression; ``url``, ``referer``, ``is_goal``, ``value``
+    for a visit (a value counts on goals only, as only goals keep one). A missing value comes
+    before any value, ``false`` before ``true``, text compares by code points and ``-0.0`` comes
+    before ``0.0``. Two copies with equal keys hold the same stored record.
+    """
+    if isinstance(record, Impression):
+        return (record.ts, "impression", record.impression_id, record.source_url,
+                record.target_url, _nullable(record.campaign))
+    value = record.value
+    return (record.ts, "visit", record.url, _nullable(record.referer), record.is_goal,
+            () if value is None else (value, math.copysign(1.0, value)))
+
+
+def _bucket(member: Union[Impression, int], window: int) -> int:
+    """The dedup bucket of a superseded member (``UserAttribution.superseded``)."""
+    return member if isinstance(member, int) else member.ts // window
+
+
+def _nullable(text: Optional[str]) -> tuple:
+    """A value that may be missing, as a key in which missing comes first."""
+    return () if text is None else (text,)
+
+
+_make_row = Attribution._make
+_ROW_DEFAULTS = tuple(OUTPUT_DEFAULTS[name] for name in ("sign", "revision", "emit_timing"))
+
+
 @dataclass(frozen=True, slots=True)
 class AddResult:
-    """What ``add`` did with a batch: stored, dropped as redelivered copies, dropped as too late
-    (``late``); and how many records behind the watermark were within the allowed lateness
-    (``late_accepted``: used like any record, so some may be copies)."""
+    """What ``add`` did with a batch: stored (``accepted``: visits and canonical impressions),
+    dropped as copies (``duplicates``: copies no smaller than the one held, rule 1, and
+    click-spam members that are not canonical, rule 3), dropped as too late (``late``); how many
+    records behind the watermark were within the allowed lateness (``late_accepted``: used like
+    any record, so some may be copies); and how many records took the place of a larger copy
+    held before (``replaced``, rule 1; each also counted as accepted or as a click-spam member).
+    """
 
     accepted: int = 0
     duplicates: int = 0
     late: int = 0
     late_accepted: int = 0
+    replaced: int = 0
 
 
 class UserAttribution:
@@ -95,10 +134,14 @@ class UserAttribution:
         # One canonical impression per logical impression: (source, target, bucket) -> impression.
         self.impressions: dict[tuple[str, str, int], Impression] = {}
         self.pending_goals: dict[str, Visit] = {}
-        self._impression_event_ids: set[str] = set()
-        # Event ids of click-spam members that lost to their logical impression's canonical one,
-        # with that impression's dedup bucket: a later record reusing such an id is a copy too.
-        self.superseded: dict[str, int] = {}
+        # The canonical impressions by event id (the values of ``impressions``).
+        self._canonical: dict[str, Impression] = {}
+        # Click-spam members that lost to their logical impression's canonical one, by event id:
+        # kept whole, so that a copy of one is judged by rule 1 and the best of them takes over
+        # if the canonical one is replaced by a copy outside its group. A state written by an
+        # earlier version kept only their dedup bucket (an int here): such an id keeps the copy
+        # it has, as the rule of that version did.
+        self.superseded: dict[str, Union[Impression, int]] = {}
         # The highest watermark this user has been advanced to; events at or below it are late.
         self.watermark: Optional[int] = None
         # With revisions (section 8): what was emitted for each goal not yet final, per model.
@@ -108,63 +151,111 @@ class UserAttribution:
     def add(self, events: Iterable[Event], watermark: Optional[int] = None) -> AddResult:
         """Buffer a batch of this user's events.
 
-        :param events: the user's records, in arrival order.
+        :param events: the user's records, in any order.
         :param watermark: the watermark in force when they arrived (``W[k-1]``); by default the
             last one this state fired at. It becomes this state's watermark if it is higher.
 
         Events with ``ts <= W`` are late. Without allowed lateness they are counted and dropped,
         never used; with allowed lateness ``L`` only those with ``ts <= W - L`` are, and the
         others are used like any record (``fire`` revises the rows they change). Heartbeats are
-        ignored. A record whose ``event_id`` is already held is a redelivery: the first copy
-        counts (rule 1). An impression that is not the canonical member of its logical
-        impression is dropped too, and counted with the duplicates (rule 3).
+        ignored. Of the copies of one ``event_id``, the one smallest in ``copy_order`` is kept
+        (rule 1): a copy no smaller than the one held is dropped, a smaller one replaces it. An
+        impression that is not the canonical member of its logical impression is dropped from
+        the candidates too, and counted with the duplicates (rule 3).
         """
         limit = self.watermark = self._max_watermark(watermark)
         drop_limit = None if limit is None else limit - self.config.allowed_lateness_ms
-        accepted = duplicates = late = late_accepted = 0
-        impression_ids = self._impression_event_ids
+        accepted = duplicates = late = late_accepted = replaced = 0
+        # Locals: this loop runs once per record of every batch.
+        visits, canonical, superseded = self.visits, self._canonical, self.superseded
+        pending_goals = self.pending_goals
         for e in events:
-            if e.event_type == "heartbeat":
+            event_type, ts, event_id = e.event_type, e.ts, e.event_id
+            if event_type == "heartbeat":
                 continue
-            if drop_limit is not None and e.ts <= drop_limit:
+            if drop_limit is not None and ts <= drop_limit:
                 late += 1
                 continue
-            if limit is not None and e.ts <= limit:
+            if limit is not None and ts <= limit:
                 late_accepted += 1
-            if (e.event_id in self.visits or e.event_id in impression_ids
-                    or e.event_id in self.superseded):
-                duplicates += 1
-                continue
-            if e.event_type == "visit":
-                v = Visit(e.event_id, e.ts, e.url, e.referer, e.is_goal, e.is_goal,
-                          e.value if e.is_goal else None)
-                self.visits[e.event_id] = v
-                if v.pending:
-                    self.pending_goals[e.event_id] = v
+            if event_type == "visit":
+                goal = e.is_goal
+                record = Visit(event_id, ts, e.url, e.referer, goal, goal,
+                               e.value if goal else None)
+            else:
+                record = Impression(event_id, e.impression_id, ts, e.source_url, e.target_url,
+                                    campaign=e.campaign)
+            held = visits.get(event_id) or canonical.get(event_id)  # ``_held``, inlined
+            if held is None:
+                held = superseded.get(event_id)
+            if held is not None:
+                if isinstance(held, int) or copy_order(held) <= copy_order(record):
+                    duplicates += 1
+                    continue
+                self._forget(held)
+                replaced += 1
+            if event_type == "visit":
+                visits[event_id] = record
+                if record.pending:
+                    pending_goals[event_id] = record
                 accepted += 1
-            elif self._add_impression(e, impression_ids):
+            elif self._add_impression(record):
                 accepted += 1
             else:
                 duplicates += 1
-        return AddResult(accepted, duplicates, late, late_accepted)
+        return AddResult(accepted, duplicates, late, late_accepted, replaced)
 
-    def _add_impression(self, e: Event, impression_ids: set) -> bool:
-        """Keep ``e`` if it becomes its logical impression's canonical member (rule 3)."""
-        group = (e.source_url, e.target_url, e.ts // self.config.dedup_window_ms)
-        new = Impression(e.event_id, e.impression_id, e.ts, e.source_url, e.target_url,
-                         campaign=e.campaign)
+    def _group(self, i: Impression) -> tuple[str, str, int]:
+        """The logical impression of ``i`` (rule 3): ``(source_url, target_url, dedup bucket)``."""
+        return (i.source_url, i.target_url, i.ts // self.config.dedup_window_ms)
+
+    def _add_impression(self, new: Impression) -> bool:
+        """Keep ``new`` if it becomes its logical impression's canonical member (rule 3)."""
+        group = self._group(new)
         old = self.impressions.get(group)
         if old is not None:
             if old.rank <= new.rank:
-                self.superseded[new.event_id] = group[2]  # a click-spam copy of an earlier click
+                self.superseded[new.event_id] = new  # a click-spam copy of an earlier click
                 return False
-            # Only reachable with late data: a consumed logical impression stays consumed.
-            new.consumed = old.consumed
-            impression_ids.discard(old.event_id)
-            self.superseded[old.event_id] = group[2]
+            # A consumed logical impression stays consumed (reachable with late data only).
+            new.consumed, old.consumed = old.consumed, 0
+            del self._canonical[old.event_id]
+            self.superseded[old.event_id] = old
         self.impressions[group] = new
-        impression_ids.add(e.event_id)
+        self._canonical[new.event_id] = new
         return True
+
+    def _forget(self, held: Union[Visit, Impression]) -> None:
+        """Drop ``held``, a copy that a smaller copy of its record replaces (rule 1).
+
+        A canonical impression hands its logical impression, consumed marks included, to the
+        best member left of its group, if any. The held copy is never one a final goal used: a
+        replacing copy is accepted, so ``ts > W - L``, and the held one is no earlier.
+        """
+        if isinstance(held, Visit):
+            del self.visits[held.event_id]
+            self.pending_goals.pop(held.event_id, None)
+            return
+        if self._canonical.get(held.event_id) is not held:
+            del self.superseded[held.event_id]
+            return
+        del self._canonical[held.event_id]
+        group = self._group(held)
+        del self.impressions[group]
+        members = [m for m in self.superseded.values()
+                   if isinstance(m, Impression) and self._group(m) == group]
+        if members:
+            best = min(members, key=lambda m: m.rank)
+            del self.superseded[best.event_id]
+            best.consumed = held.consumed
+            self.impressions[group] = best
+            self._canonical[best.event_id] = best
+
+    def _held(self, event_id: str) -> Union[Visit, Impression, int, None]:
+        """The copy of ``event_id`` this state holds (an int: a superseded id of an earlier
+        version, its content unknown), or None."""
+        held = self.visits.get(event_id) or self._canonical.get(event_id)
+        return self.superseded.get(event_id) if held is None else held
 
     # -- the timer ------------------------------------------------------------------------------
     def next_timer(self) -> Optional[int]:
@@ -173,29 +264,40 @@ class UserAttribution:
             return None
         return min(g.ts for g in self.pending_goals.values())
 
-    def fire(self, watermark: int) -> list[Attribution]:
+    def fire(self, watermark: int, previous: Optional[int] = None,
+             multi_candidate: Optional[dict[str, int]] = None) -> list[Attribution]:
         """Attribute every pending goal with ``ts <= watermark`` in ``(ts, event_id)`` order
         (rule 7): per goal, the rows of every configured model, in ``config.MODELS`` order.
 
         With allowed lateness or early results the rows are a changelog (section 8): see
         ``_revise``.
+
+        :param watermark: ``W[k]``, the watermark to fire at.
+        :param previous: ``W[k-1]``, the watermark in force when the micro-batch's records
+            arrived, if the caller knows it; it judges ``emit_timing``. By default the highest
+            watermark this state has seen, which is ``W[k-1]`` for a state that saw every move
+            of the watermark.
+        :param multi_candidate: if given, a count per model that is raised by one for each goal
+            computed here with two or more candidates under the model (rule 4 with the model's
+            own consumption), i.e. a goal whose credit the model could split. A goal revised
+            by a later firing is counted again.
         """
-        previous = self.watermark
+        previous = self._max_watermark(previous)
         self.watermark = self._max_watermark(watermark)
         if self.config.revising:
-            return self._revise(previous, self.watermark)
-        due = sorted((g for g in self.pending_goals.values() if g.ts <= watermark),
-                     key=lambda g: (g.ts, g.event_id))
+            return self._revise(previous, self.watermark, multi_candidate)
+        due = sorted((g for g in self.pending_goals.values() if g.ts <= watermark), key=BY_TIME)
         if not due:
             return []
         rows = self._attribute(ReferrerIndex(self.visits.values(), self.impressions.values()),
-                               due)
+                               due, multi_candidate)
         for goal in due:
             goal.pending = False
             del self.pending_goals[goal.event_id]
         return rows
 
-    def _revise(self, previous: Optional[int], watermark: int) -> list[Attribution]:
+    def _revise(self, previous: Optional[int], watermark: int,
+                multi_candidate: Optional[dict[str, int]] = None) -> list[Attribution]:
         """Section 8: recompute every goal of the table that is not final, in goal order, from
         the consumption final goals left, and emit what changed.
 
@@ -203,14 +305,23 @@ class UserAttribution:
         results. A goal is final once ``ts <= watermark - L``: no record that can still be
         accepted can change it, so what was emitted for it is forgotten and what it consumed
         stays consumed for good.
+
+        A goal emitted before may be gone: a smaller copy of its record that is no goal took
+        its place (rule 1). Its rows are retracted; its revision count is kept until the copy
+        held is final, as a smaller copy that is a goal may still arrive until then.
         """
         config = self.config
         goals = {g.event_id: g for g in self.pending_goals.values()
                  if config.early_results or g.ts <= watermark}
+        gone = []
         for event_id in self.open_goals:
-            goal = goals[event_id] = self.visits[event_id]
+            goal = self.visits.get(event_id)
+            if goal is None or not goal.is_goal:
+                gone.append(event_id)
+                continue
+            goals[event_id] = goal
             goal.pending = True  # awaits attribution again (the candidate sweep asks for it)
-        if not goals:
+        if not goals and not gone:
             return []
         # What goals not final consumed is given back, then taken again in goal order. A
         # logical impression is found by its group, which a late canonical member keeps.
@@ -225,13 +336,21 @@ class UserAttribution:
                                                      r.impression_ts // window))
                         if held is not None:
                             held.consumed &= ~bit
-        ordered = sorted(goals.values(), key=lambda g: (g.ts, g.event_id))
+        ordered = sorted(goals.values(), key=BY_TIME)
         computed: dict[tuple[str, str], list[Attribution]] = {}
         index = ReferrerIndex(self.visits.values(), self.impressions.values())
-        for row in self._attribute(index, ordered):
+        for row in self._attribute(index, ordered, multi_candidate):
             computed.setdefault((row.goal_event_id, row.model), []).append(row)
         out: list[Attribution] = []
         final = watermark - config.allowed_lateness_ms
+        for event_id in gone:
+            by_model = self.open_goals[event_id]
+            for model, emitted in by_model.items():
+                entries, by_model[model] = retract(emitted)
+                out.extend(entries)
+            held = self._held(event_id)
+            if held is None or isinstance(held, int) or held.ts <= final:
+                del self.open_goals[event_id]
         for goal in ordered:
             timing = emit_timing(goal.ts, previous, watermark)
             before = self.open_goals.get(goal.event_id, {})
@@ -249,12 +368,13 @@ class UserAttribution:
                 self.open_goals[goal.event_id] = now
         return out
 
-    def _attribute(self, index: ReferrerIndex, due: list[Visit]) -> list[Attribution]:
+    def _attribute(self, index: ReferrerIndex, due: list[Visit],
+                   multi_candidate: Optional[dict[str, int]] = None) -> list[Attribution]:
         """The rows of the ``due`` goals under every configured model: a goal's candidate set is
         found once, as a bit mask, and each model takes from it what its own consumption left
-        (section 6)."""
+        (section 6). ``multi_candidate``: see ``fire``."""
         config = self.config
-        models = [(m, model_bit(m)) for m in config.models]
+        models = [(m, MODEL_BITS[m]) for m in config.models]
         # Per model, the mask of the impressions it has consumed.
         spent = dict.fromkeys(config.models, 0)
         for k, i in enumerate(index.ordered):
@@ -263,14 +383,25 @@ class UserAttribution:
                     if i.consumed & bit:
                         spent[m] |= 1 << k
         rows = []
+        # Locals: this loop runs once per goal and model of every firing.
+        lookback, half_life = config.lookback_ms, config.half_life_ms
+        candidates, organic, attributed = index.candidates, self._organic, self._attributed
         for goal in due:
-            found = index.candidates(goal, config.lookback_ms)
-            trails: dict = {}  # impression event id -> its trail to this goal, shared by models
+            found = candidates(goal, lookback)
+            if not found:
+                rows.extend([organic(goal, m) for m in config.models])
+                continue
+            # Shared by the models of this goal: a chosen set's impressions (the models crediting
+            # every candidate usually choose the same set), and an impression's trail.
+            listed: dict = {}
+            trails: dict = {}
             for m, bit in models:
                 available = found & ~spent[m]
                 if not available:
-                    rows.append(self._organic(goal, m))
+                    rows.append(organic(goal, m))
                     continue
+                if multi_candidate is not None and available & (available - 1):  # 2+ bits set
+                    multi_candidate[m] = multi_candidate.get(m, 0) + 1
                 if m == "last_touch":
                     chosen = index.last_of(available)
                 elif m == "first_touch":
@@ -278,14 +409,16 @@ class UserAttribution:
                 else:
                     chosen = available
                 spent[m] |= chosen
-                credited = index.impressions_in(chosen)
-                shares = credits(m, [i.ts for i in credited], config.half_life_ms)
+                credited = listed.get(chosen)
+                if credited is None:
+                    credited = listed[chosen] = index.impressions_in(chosen)
+                shares = credits(m, [i.ts for i in credited], half_life)
                 for i, credit in zip(credited, shares):
                     i.consumed |= bit
                     trail = trails.get(i.event_id)
                     if trail is None:
                         trail = trails[i.event_id] = tuple(v.url for v in index.trail(i, goal))
-                    rows.append(self._attributed(goal, i, trail, m, credit))
+                    rows.append(attributed(goal, i, trail, m, credit))
         return rows
 
     def gc(self, watermark: int) -> int:
@@ -303,11 +436,11 @@ class UserAttribution:
             del self.visits[k]
         stale_impressions = [g for g in self.impressions if (g[2] + 1) * window <= horizon]
         for g in stale_impressions:
-            self._impression_event_ids.discard(self.impressions.pop(g).event_id)
+            del self._canonical[self.impressions.pop(g).event_id]
         if stale_impressions and self.superseded:
-            # A superseded id lives exactly as long as its logical impression's bucket.
-            self.superseded = {k: b for k, b in self.superseded.items()
-                               if (b + 1) * window > horizon}
+            # A superseded member lives exactly as long as its logical impression's bucket.
+            self.superseded = {k: m for k, m in self.superseded.items()
+                               if (_bucket(m, window) + 1) * window > horizon}
         return len(stale_visits) + len(stale_impressions)
 
     def expires_at(self) -> Optional[int]:
@@ -330,22 +463,36 @@ class UserAttribution:
         times."""
         return max_ts + config.lookback_ms + config.allowed_lateness_ms + 1
 
-    def next_wakeup(self) -> Optional[int]:
-        """When this user next needs the engine: its next goal, else the time its state expires.
+    def next_wakeup(self, every_move: bool = False) -> Optional[int]:
+        """When this user next needs the engine: the watermark at which something can happen
+        to its state, or ``None`` when it is empty.
 
-        With revisions (section 8) the state also asks to see every move of the watermark: it
-        then knows the previous micro-batch's watermark, by which lateness and ``emit_timing``
-        are judged, and finalizes its open goals in time.
+        That is its earliest pending goal (due; with early results, emitted early and due for
+        its on-time revision), else the time its state expires. With revisions (section 8) it
+        is also the time its earliest open goal becomes final (``g.ts <= W - L``), when what was
+        emitted for it can be dropped. Records that arrive never need a wake-up: the backend
+        hands them over with their micro-batch, early results included.
+
+        :param every_move: with revisions, also wake at the watermark's next move. A backend
+            that keeps one user per key learns ``W[k-1]``, by which ``emit_timing`` is judged,
+            only from the calls it gets; one that tracks the watermark elsewhere passes
+            ``previous`` to ``fire``/``advance`` instead.
         """
         goal = self.next_timer()
         wakeup = goal if goal is not None else self.expires_at()
-        if self.config.revising and self.watermark is not None and wakeup is not None:
-            return min(wakeup, self.watermark + 1)
+        if not self.config.revising or wakeup is None:
+            return wakeup
+        if self.open_goals:
+            lateness = self.config.allowed_lateness_ms
+            wakeup = min(wakeup, min(self.visits[g].ts for g in self.open_goals) + lateness)
+        if every_move and self.watermark is not None:
+            wakeup = min(wakeup, self.watermark + 1)
         return wakeup
 
-    def advance(self, watermark: int) -> list[Attribution]:
-        """Fire, then garbage-collect, at ``watermark``: what a timer firing does."""
-        rows = self.fire(watermark)
+    def advance(self, watermark: int, previous: Optional[int] = None) -> list[Attribution]:
+        """Fire, then garbage-collect, at ``watermark``: what a timer firing does (``previous``:
+        see ``fire``)."""
+        rows = self.fire(watermark, previous)
         self.gc(watermark)
         return rows
 
@@ -366,19 +513,23 @@ class UserAttribution:
             return watermark
         return max(watermark, self.watermark)
 
+    # Rows are built with ``_make`` from every field in order (the last three, the revision
+    # columns, at their defaults): it skips the Python frame of the named tuple's constructor,
+    # and a firing builds one row per goal and model.
     def _organic(self, goal: Visit, model: str) -> Attribution:
         value = goal.value
-        return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
-                           None, None, None, None, None, (), model, 0.0,
-                           None, value, None if value is None else 0.0)
+        return _make_row((self.user_id, goal.event_id, goal.url, goal.ts,
+                          None, None, None, None, None, (), model, 0.0,
+                          None, value, None if value is None else 0.0, *_ROW_DEFAULTS))
 
     def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...], model: str,
                     credit: float) -> Attribution:
         value = goal.value
-        return Attribution(self.user_id, goal.event_id, goal.url, goal.ts,
-                           i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
-                           trail, model, credit,
-                           i.campaign, value, None if value is None else credit * value)
+        return _make_row((self.user_id, goal.event_id, goal.url, goal.ts,
+                          i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
+                          trail, model, credit,
+                          i.campaign, value, None if value is None else credit * value,
+                          *_ROW_DEFAULTS))
 
     # -- state bytes --------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -399,7 +550,10 @@ class UserAttribution:
             [(i.event_id, i.impression_id, i.ts, url(i.source_url, i.source_url),
               url(i.target_url, i.target_url), i.consumed, i.campaign and url(i.campaign, i.campaign))
              for i in self.impressions.values()],
-            list(self.superseded.items()),
+            [(k, m) if isinstance(m, int) else
+             (k, m.impression_id, m.ts, url(m.source_url, m.source_url),
+              url(m.target_url, m.target_url), m.campaign and url(m.campaign, m.campaign))
+             for k, m in self.superseded.items()],
             [(goal, [(model, e.revision, [tuple(r) for r in e.rows])
                      for model, e in by_model.items()])
              for goal, by_model in self.open_goals.items()],
@@ -413,7 +567,7 @@ class UserAttribution:
         version = blob[0]
         if version in _AVRO_READERS:
             return cls._from_avro(blob, config)
-        if version not in (3, STATE_VERSION):
+        if version not in (3, 4, STATE_VERSION):
             raise ValueError(f"attribution state version {version} is newer than this code "
                              f"understands (max {STATE_VERSION})")
         parts = loads_builtins(memoryview(blob)[1:])
@@ -431,12 +585,14 @@ class UserAttribution:
             held[event_id] = v = Visit(event_id, ts, url, referer, goal != 0, goal == 2, value)
             if goal == 2:
                 pending[event_id] = v
-        window, canonical = config.dedup_window_ms, state.impressions
+        window, groups, canonical = config.dedup_window_ms, state.impressions, state._canonical
         for event_id, impression_id, ts, source, target, consumed, campaign in impressions:
-            canonical[(source, target, ts // window)] = Impression(
+            groups[(source, target, ts // window)] = canonical[event_id] = Impression(
                 event_id, impression_id, ts, source, target, consumed, campaign)
-        state._impression_event_ids = {i[0] for i in impressions}
-        state.superseded = dict(superseded)
+        # Up to version 4 a superseded member is (event_id, bucket); version 5 keeps it whole.
+        state.superseded = {
+            m[0]: m[1] if len(m) == 2 else Impression(m[0], m[1], m[2], m[3], m[4], 0, m[5])
+            for m in superseded}
         for goal, by_model in open_goals:
             state.open_goals[goal] = {
                 model: Emitted(revision, tuple(Attribution(*values) for values in rows))
@@ -463,9 +619,13 @@ class UserAttribution:
                 superseded: Optional[dict[str, int]] = None) -> "UserAttribution":
         """Rebuild a state from its parts, as a backend that stores them separately holds them.
 
-        Impressions may include superseded members of a logical impression; only the canonical
-        one is kept, the consumed marks of every member stay with the logical impression, and
-        the other members' ids join ``superseded`` (event id -> dedup bucket).
+        :param visits: the visits held, one per event id.
+        :param impressions: the impressions held, canonical members and the click-spam members
+            that lost to them alike: the canonical one of each logical impression is found
+            again, the consumed marks of every member stay with the logical impression, and the
+            other members become ``superseded``.
+        :param superseded: ids of superseded members whose contents a state of an earlier
+            version did not keep, with their dedup bucket.
         """
         state = cls(user_id, config)
         state.watermark = watermark
@@ -474,40 +634,36 @@ class UserAttribution:
             state.visits[v.event_id] = v
             if v.pending:
                 state.pending_goals[v.event_id] = v
-        window = config.dedup_window_ms
         for i in impressions:
-            group = (i.source_url, i.target_url, i.ts // window)
+            group = state._group(i)
             old = state.impressions.get(group)
-            if old is None or i.rank < old.rank:
-                if old is not None:
-                    i.consumed |= old.consumed
-                    state._impression_event_ids.discard(old.event_id)
-                    state.superseded[old.event_id] = group[2]
-                state.impressions[group] = i
-                state._impression_event_ids.add(i.event_id)
-            else:
-                old.consumed |= i.consumed
-                state.superseded[i.event_id] = group[2]
+            marks = i.consumed if old is None else i.consumed | old.consumed
+            i.consumed = 0
+            state._add_impression(i)
+            state.impressions[group].consumed = marks
         return state
 
 
-# Version 4, the current one: a pickle (protocol 5) of built-in values only, read back by an
+# Version 5, the current one: a pickle (protocol 5) of built-in values only, read back by an
 # unpickler that refuses anything else:
 #   (user_id, watermark,
 #    [(event_id, ts, url, referer, goal, value)],
 #        goal: 0 = plain visit, 1 = attributed, 2 = pending; value: a goal's value or None
 #    [(event_id, impression_id, ts, source_url, target_url, consumed, campaign)],
 #        canonical impressions; consumed: one bit per model that credited it (config.model_bit)
-#    [(event_id, dedup bucket)],             superseded click-spam ids (rule 1)
+#    [(event_id, impression_id, ts, source_url, target_url, campaign) or (event_id, bucket)],
+#        superseded click-spam members (rule 3), whole so that a copy of one is judged by
+#        rule 1; the short form is a member kept by an earlier version, its dedup bucket alone
 #    [(goal event_id, [(model, revision, [row values in OUTPUT_FIELDS order])])])
 #        with revisions (section 8), what was last emitted for each goal not yet final; a
 #        blob without this element has none
-# Version 3 had neither values nor campaigns, and a boolean ``consumed``: it knew last_touch
-# alone, and reads as last_touch's consumption. Versions 1 and 2, Avro records of version 3's
-# fields, are read the same way; pickle replaced them because a streaming backend decodes and
-# re-encodes a user's state on every micro-batch that touches it, and pickle's C codec does that
-# about 3x faster than fastavro's records.
-STATE_VERSION = 4
+# Version 4 kept every superseded member in the short form. Version 3 had neither values nor
+# campaigns, and a boolean ``consumed``: it knew last_touch alone, and reads as last_touch's
+# consumption. Versions 1 and 2, Avro records of version 3's fields, are read the same way;
+# pickle replaced them because a streaming backend decodes and re-encodes a user's state on
+# every micro-batch that touches it, and pickle's C codec does that about 3x faster than
+# fastavro's records.
+STATE_VERSION = 5
 _STATE_HEADER = bytes([STATE_VERSION])
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 from joins.durations import EPOCH, ms_to_datetime, ms_to_iso  # noqa: F401 (re-exported)
 
@@ -25,11 +24,14 @@ class InvalidEvent(ValueError):
     """A record that does not satisfy the event schema; ``str(err)`` is the reason."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One validated input record (spec sections 1 and 7). ``ts`` is epoch milliseconds, UTC.
 
-    ``campaign`` is an impression's, ``value`` a visit's (the core uses it on goals only)."""
+    ``campaign`` is an impression's, ``value`` a visit's (the core uses it on goals only).
+
+    Immutable. A named tuple rather than a frozen dataclass: a batch or a truth file builds one
+    per record, and a tuple is built about three times faster.
+    """
 
     event_id: str
     user_id: Optional[str]

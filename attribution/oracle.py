@@ -6,7 +6,7 @@ the streaming backends, one ``UserAttribution`` per user, fed everything and fir
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from .config import MODELS, AttributionConfig
 from .core import WATERMARK_INFINITY, Attribution, UserAttribution
@@ -14,13 +14,21 @@ from .events import Event, parse_event
 
 
 def attribute_batch(events: Iterable[Union[Event, Mapping]],
-                    config: AttributionConfig = AttributionConfig()) -> list[Attribution]:
+                    config: AttributionConfig = AttributionConfig(),
+                    multi_candidate: Optional[dict[str, int]] = None) -> list[Attribution]:
     """Attribute every goal in ``events`` (``Event``s or raw records) and return the rows.
 
-    Records are taken in the order given, so for redelivered copies the first one counts.
-    Heartbeats are ignored. Rows come sorted by ``sort_key``: per goal, the models in
+    The order of the records does not matter: of the copies of one record (one user and
+    ``event_id``) the smallest in rule 1's order counts (``core.copy_order``). Heartbeats are
+    ignored. Rows come sorted by ``sort_key``: per goal, the models in
     ``config.MODELS`` order, and each model's rows in impression order.
     Raises ``InvalidEvent`` on a record that breaks the schema.
+
+    :param events: the records.
+    :param config: the rules' parameters and the models to compute.
+    :param multi_candidate: if given, raised per model by the number of goals with two or more
+        candidates under that model (rule 4 with the model's own consumption): the goals whose
+        credit a model that credits every candidate splits (``UserAttribution.fire``).
     """
     by_user: dict[str, list[Event]] = defaultdict(list)
     for e in events:
@@ -28,12 +36,27 @@ def attribute_batch(events: Iterable[Union[Event, Mapping]],
             e = parse_event(e)
         if e.event_type != "heartbeat":
             by_user[e.user_id].append(e)
+    return attribute_users(((u, by_user[u]) for u in sorted(by_user)), config, multi_candidate)
+
+
+def attribute_users(users: Iterable[tuple[str, Sequence[Event]]],
+                    config: AttributionConfig = AttributionConfig(),
+                    multi_candidate: Optional[dict[str, int]] = None) -> list[Attribution]:
+    """``attribute_batch``'s rows for events already grouped by user: what it does after the
+    grouping, for a caller that can group faster (the generator's truth).
+
+    :param users: ``(user_id, events)`` pairs in ascending ``user_id`` order, each user once,
+        with the user's visits and impressions (no heartbeat) in arrival order.
+    :param config: as for ``attribute_batch``.
+    :param multi_candidate: as for ``attribute_batch``.
+    """
     rows: list[Attribution] = []
-    for user_id in sorted(by_user):
+    # Users in order, and a firing gives its rows in goal, model and impression order: the rows
+    # are in ``sort_key`` order as they come (tests check it), with no sort of every row.
+    for user_id, events in users:
         state = UserAttribution(user_id, config)
-        state.add(by_user[user_id])
-        rows.extend(state.fire(WATERMARK_INFINITY))
-    rows.sort(key=sort_key)
+        state.add(events)
+        rows.extend(state.fire(WATERMARK_INFINITY, multi_candidate=multi_candidate))
     return rows
 
 

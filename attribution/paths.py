@@ -1,4 +1,4 @@
-"""Path search over one user's referer graph (spec rules 2, 4 and 6).
+"""Path search over one user's referer graph (spec rules 2, 4, 5 and 6).
 
 The graph is never materialised. Its edges follow from two equalities, so sorted per-URL lists
 are enough to walk it:
@@ -23,7 +23,14 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Iterable, Optional
+
+# The order ``(ts, event_id)`` of visits and impressions, and the impression order of rule 5,
+# as sort keys (``attrgetter`` builds the key tuple without a Python frame).
+BY_TIME = attrgetter("ts", "event_id")
+BY_RANK = attrgetter("ts", "impression_id", "event_id")
+_EVENT_ID = attrgetter("event_id")
 
 
 @dataclass(slots=True)
@@ -88,7 +95,7 @@ def _index(items: Iterable, key_of) -> dict:
         groups[key_of(item)].append(item)
     out = {}
     for group_key, group in groups.items():
-        group.sort(key=lambda x: (x.ts, x.event_id))
+        group.sort(key=BY_TIME)
         out[group_key] = _Sorted(group, [(x.ts, x.event_id) for x in group])
     return out
 
@@ -111,28 +118,21 @@ class ReferrerIndex:
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
         self._visits = list(visits)
         self._impressions = list(impressions)
-        nodes = sorted([*self._visits, *self._impressions], key=lambda n: (n.ts, n.event_id))
+        nodes = sorted([*self._visits, *self._impressions], key=BY_TIME)
         self._nodes = nodes
-        self._pos = {n.event_id: p for p, n in enumerate(nodes)}
+        self._pos = dict(zip(map(_EVENT_ID, nodes), range(len(nodes))))
         self._running: dict = {}  # the candidate sweep's union per visited URL
         self._pair_bits: dict = {}  # (source_url, target_url) -> its impressions' bits so far
         self._goal_reach: dict = {}  # pending goal's position -> its mask, until asked for
         self._reached = 0  # nodes [0, _reached) were swept for candidates
+        # The impressions in impression order, ascending ``(ts, impression_id, event_id)``: bit
+        # ``k`` of a candidate mask stands for ``ordered[k]``. Every firing needs them, so they
+        # are plain attributes (a cached property costs more to read than to build here).
+        self.ordered: list[Impression] = sorted(self._impressions, key=BY_RANK)
+        self._bit_number = dict(zip(map(_EVENT_ID, self.ordered), range(len(self.ordered))))
+        self._ordered_ts: list[int] = [i.ts for i in self.ordered]
 
     # -- rule 4: candidate sets as bit masks ----------------------------------------------------
-    @cached_property
-    def ordered(self) -> list[Impression]:
-        """The impressions in impression order, ascending ``(ts, impression_id, event_id)``:
-        bit ``k`` of a candidate mask stands for ``ordered[k]``."""
-        return sorted(self._impressions, key=lambda i: i.rank)
-
-    @cached_property
-    def _bit_number(self) -> dict:
-        return {i.event_id: k for k, i in enumerate(self.ordered)}
-
-    @cached_property
-    def _ordered_ts(self) -> list[int]:
-        return [i.ts for i in self.ordered]
 
     def candidates(self, goal: Visit, lookback_ms: int) -> int:
         """Rule 4 without its consumption clause: the impressions with a path to the pending
@@ -199,7 +199,7 @@ class ReferrerIndex:
     @cached_property
     def _rank(self) -> dict:
         # A visit's rank in (ts, event_id) order breaks heap ties without comparing strings.
-        ordered = sorted(self._visits, key=lambda v: (v.ts, v.event_id))
+        ordered = sorted(self._visits, key=BY_TIME)
         return {v.event_id: r for r, v in enumerate(ordered)}
 
     @cached_property

@@ -76,3 +76,15 @@ def revise(before: Optional[Emitted], rows: Sequence[Attribution],
         revision, retractions = 0, []
     emitted = tuple(r._replace(sign=1, revision=revision, emit_timing=timing) for r in rows)
     return retractions + list(emitted), Emitted(revision, emitted)
+
+
+def retract(before: Emitted) -> tuple[list[Attribution], Emitted]:
+    """The changelog entries for a goal and model whose goal is gone (rule 1: a smaller copy of
+    its record that is no goal took its place).
+
+    :param before: what was emitted for it before.
+    :returns: the retractions of ``before``'s rows (none if it has none), and what is then
+        emitted: no rows, under ``before``'s revision, so that rows emitted for the goal again
+        (a still smaller copy that is a goal) carry the next revision.
+    """
+    return [r._replace(sign=-1) for r in before.rows], Emitted(before.revision, ())

@@ -11,6 +11,7 @@ from typing import Any
 import fastavro
 
 TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+DATE = {"type": "int", "logicalType": "date"}
 EVENT_TYPES = ("visit", "impression", "heartbeat")
 
 
@@ -68,6 +69,15 @@ OUTPUT_SCHEMA: dict = fastavro.parse_schema({
     ],
 })
 
+# The attribution output is partitioned by the goal's UTC date. The partition column is not a field
+# of OUTPUT_SCHEMA: the core's rows do not carry it, and Spark writes it as a directory level
+# (``goal_date=YYYY-MM-DD``), not into the part files. It is always the UTC date of
+# ``PARTITION_SOURCE``, and is derived from it wherever it is computed; the readers return it
+# after the output's fields.
+PARTITION_FIELD: dict = {"name": "goal_date", "type": DATE}
+PARTITION_COLUMN: str = PARTITION_FIELD["name"]
+PARTITION_SOURCE = "goal_ts"
+
 EVENT_FIELDS: tuple[str, ...] = tuple(f["name"] for f in EVENT_SCHEMA["fields"])
 OUTPUT_FIELDS: tuple[str, ...] = tuple(f["name"] for f in OUTPUT_SCHEMA["fields"])
 # The defaults of the output columns that have one: what a row carries when its feature is off.
@@ -86,11 +96,13 @@ def unwrap_nullable(avro_type: Any) -> tuple[Any, bool]:
 
 
 def type_kind(avro_type: Any) -> str:
-    """A short name for an Avro type: string, boolean, int, long, double, timestamp, enum or
-    array."""
+    """A short name for an Avro type: string, boolean, int, long, double, timestamp, date, enum
+    or array."""
     if isinstance(avro_type, dict):
         if avro_type.get("logicalType") == "timestamp-millis":
             return "timestamp"
+        if avro_type.get("logicalType") == "date":
+            return "date"
         if avro_type["type"] in ("enum", "array"):
             return avro_type["type"]
         return type_kind(avro_type["type"])

@@ -2,9 +2,12 @@
 
 A session is paid (one or more clicks on the same ad, then the landing visit) or organic (an
 entry visit with no impression). Both continue with a random walk over the site's links, which
-sometimes reaches goals and sometimes walks on past them. Click spam repeats the click, within
-a UTC day or across midnight; some sessions also show an ad nobody clicks; reloads repeat a
-URL; some steps share a millisecond with the previous event.
+sometimes reaches goals and sometimes walks on past them. A user's later paid session is often
+a retargeting click: the display ad of a page an earlier ad brought the user to, so its walk
+goes on from a page seen before and a goal is reached through several distinct ads. Click spam
+repeats the click, within a UTC day or across midnight; some sessions also show an ad nobody
+clicks; reloads repeat a URL; some steps share a millisecond with the previous event. An
+impression carries its ad's campaign; a goal carries a lognormal conversion value, or none.
 
 Everything is computed for all sessions at once with numpy (one loop iteration per walk step,
 not per event), so a large dataset costs a few array passes. Strings never appear here: URLs
@@ -44,7 +47,9 @@ class Sessions:
 @dataclass
 class EventColumns:
     """Events as parallel arrays. ``seq`` numbers events (it becomes the event_id);
-    ``NULL`` (-1) marks a null index; ``is_goal`` only means something for visits."""
+    ``NULL`` (-1) marks a null index; ``is_goal`` only means something for visits. ``campaign``
+    indexes ``SiteArrays.campaigns`` (impressions only); ``value`` is a goal's conversion value,
+    NaN for none."""
 
     seq: np.ndarray
     user: np.ndarray
@@ -57,6 +62,8 @@ class EventColumns:
     target: np.ndarray
     impression_id: np.ndarray
     session: np.ndarray
+    campaign: np.ndarray
+    value: np.ndarray
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -140,6 +147,14 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
     n_ads = len(site.ad_source)
     paid = sessions.paid
     ad = rng.integers(0, n_ads, S)
+    # The ad each session clicks: a search ad, or, for a retargeting click, the display ad of the
+    # page the anchor's search ad landed on (so the walk goes on from a page seen before).
+    again, anchor = _retargeted(params, sessions, rng)
+    again_landing = site.ad_target[ad[anchor[again]]]
+    source, target, campaign = site.ad_source[ad], site.ad_target[ad], site.ad_campaign[ad]
+    source[again] = site.display_source[again_landing]
+    target[again] = again_landing
+    campaign[again] = site.display_campaign[again_landing]
     spam = paid & (rng.random(S) < params.click_spam_prob)
     extra = np.where(spam, rng.integers(1, params.spam_max_repeats + 1, S), 0)
     n_clicks = np.where(paid, 1 + extra, 0).astype(np.int64)
@@ -167,10 +182,11 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
                                                        n_clicks[n_clicks > 0])
     last_click = np.zeros(S, dtype=np.int64)
     last_click[paid] = click_ts[(heads + n_clicks - 1)[paid]]
-    clicks = _impressions(click_session, click_ts, site.ad_source[ad[click_session]],
-                          site.ad_target[ad[click_session]], sessions)
+    clicks = _impressions(click_session, click_ts, source[click_session], target[click_session],
+                          campaign[click_session], sessions)
 
-    # The first visit: the ad's landing page (referer = the search page) or an organic entry.
+    # The first visit: the ad's landing page (referer = the page that showed the ad: a search
+    # page, or a publisher's for a display ad) or an organic entry.
     delay = _exp_ms(rng, params.ms("click_delay"), S)
     delay[rng.random(S) < params.tie_prob] = 0
     land_ts = np.where(paid, last_click + delay, t0)
@@ -179,8 +195,8 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
                      rng.integers(0, site.n_pages, S))
     direct = rng.random(S) < params.direct_entry_prob
     organic_ref = np.where(direct, NULL, site.external[rng.integers(0, len(site.external), S)])
-    node = np.where(paid, site.ad_target[ad], entry)
-    ref = np.where(paid, site.ad_source[ad], organic_ref)
+    node = np.where(paid, target, entry)
+    ref = np.where(paid, source, organic_ref)
     t = land_ts.copy()
 
     v_session, v_ts, v_node, v_ref = [np.arange(S, dtype=np.int64)], [t.copy()], [node.copy()], \
@@ -222,7 +238,8 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
         kind=np.full(n_v, VISIT, dtype=np.int8), ts=np.concatenate(v_ts), url=vn,
         referer=np.concatenate(v_ref), is_goal=site.is_goal[vn],
         source=np.full(n_v, NULL, dtype=np.int64), target=np.full(n_v, NULL, dtype=np.int64),
-        impression_id=np.full(n_v, NULL, dtype=np.int64), session=vs)
+        impression_id=np.full(n_v, NULL, dtype=np.int64), session=vs,
+        campaign=np.full(n_v, NULL, dtype=np.int64), value=np.full(n_v, np.nan))
 
     # Ads shown but never clicked: another ad of the catalogue, shortly after landing.
     shown = np.nonzero(rng.random(S) < params.ignored_impression_prob)[0]
@@ -230,7 +247,10 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
     if n_ads > 1:
         other = np.where(paid[shown] & (other == ad[shown]), (other + 1) % n_ads, other)
     ignored = _impressions(shown, land_ts[shown] + rng.integers(0, _IGNORED_AD_WINDOW, len(shown)),
-                           site.ad_source[other], site.ad_target[other], sessions)
+                           site.ad_source[other], site.ad_target[other], site.ad_campaign[other],
+                           sessions)
+    goals = np.nonzero(visits.is_goal)[0]
+    visits.value[goals] = goal_values(params, rng, len(goals))
 
     # Numbering follows this layout: clicks (each session's in click order), ignored ads, then
     # visits step by step. So when two events of a session share a millisecond, the earlier
@@ -242,8 +262,35 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
     return events
 
 
+def _retargeted(params: GeneratorParams, sessions: Sessions,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Which sessions are retargeting clicks, and each one's *anchor*: the same user's latest
+    paid session before it that was not a retargeting click (sessions are grouped by user, in
+    time order). A paid session that follows a paid session of the same user is one with
+    ``retarget_prob``; so a user's first paid session never is, and always anchors."""
+    S = len(sessions)
+    step = np.arange(S, dtype=np.int64)
+    chance = rng.random(S)  # drawn whatever the knobs, so later draws never shift
+    latest_paid = np.maximum.accumulate(np.where(sessions.paid, step, -1))
+    previous = np.concatenate([[-1], latest_paid[:-1]]).astype(np.int64)
+    follows = (previous >= 0) & (sessions.user[np.maximum(previous, 0)] == sessions.user)
+    again = sessions.paid & follows & (chance < params.retarget_prob)
+    anchor = np.maximum.accumulate(np.where(sessions.paid & ~again, step, -1))
+    return again, anchor
+
+
+def goal_values(params: GeneratorParams, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` goals' conversion values: lognormal with median ``goal_value_median`` and log
+    standard deviation ``goal_value_sigma``, rounded to cents; a ``goal_value_null_prob`` share
+    is NaN (no value)."""
+    normal, unknown = rng.standard_normal(n), rng.random(n)
+    values = np.round(params.goal_value_median * np.exp(params.goal_value_sigma * normal), 2)
+    values[unknown < params.goal_value_null_prob] = np.nan
+    return values
+
+
 def _impressions(session: np.ndarray, ts: np.ndarray, source: np.ndarray, target: np.ndarray,
-                 sessions: Sessions) -> EventColumns:
+                 campaign: np.ndarray, sessions: Sessions) -> EventColumns:
     n = len(session)
     return EventColumns(
         seq=np.zeros(n, dtype=np.int64), user=sessions.user[session],
@@ -251,4 +298,5 @@ def _impressions(session: np.ndarray, ts: np.ndarray, source: np.ndarray, target
         url=np.full(n, NULL, dtype=np.int64), referer=np.full(n, NULL, dtype=np.int64),
         is_goal=np.zeros(n, dtype=bool), source=source.astype(np.int64),
         target=target.astype(np.int64), impression_id=np.full(n, NULL, dtype=np.int64),
-        session=session.astype(np.int64))
+        session=session.astype(np.int64), campaign=campaign.astype(np.int64),
+        value=np.full(n, np.nan))

@@ -27,6 +27,7 @@ _GROUP_TITLES = {
     "dataset": "dataset",
     "site": "site model (networkx page graph, Faker names)",
     "behaviour": "behaviour model (sessions, walks, clicks)",
+    "value": "goal values (lognormal conversion values)",
     "disorder": "disorder model (arrival order, lateness, redelivery)",
     "stream": "endless stream (blocks of event time)",
 }
@@ -195,6 +196,7 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(lines["disorder"])
         if "truth" in lines:
             print(f"{lines['truth']} in {result.truth_path}")
+            print(lines["multi_candidate"])
         if result.pictures:
             print("pictures: " + ", ".join(str(p) for p in result.pictures))
         elif args.plot:

@@ -5,7 +5,8 @@
 * ``events/part-00000.<ext>`` ...: the records in arrival order, split into ``params.files``
   files (and, with ``params.heartbeat``, one more file holding a single heartbeat);
 * ``truth/attributions.parquet``: the batch oracle over the events *read back from those
-  files*, so the truth is exactly what a reader of the files should get (``generators.truth``);
+  files*, under every attribution model, so the truth is exactly what a reader of the files
+  should get (``generators.truth``);
 * ``manifest.json``: seed, parameters, counts, event-time range, disorder statistics, late
   records, and a summary in human units;
 * ``skew.png`` and ``delays.png``: event time against arrival order, whole and zoomed, and the
@@ -161,7 +162,7 @@ def build(params: GeneratorParams) -> Dataset:
     """Generate the site, the users' sessions and events, and their arrival order, in memory."""
     graph = build_site(params)
     site = to_arrays(graph)
-    vocab = Vocabulary(site.urls, user_ids(params.seed, params.users))
+    vocab = Vocabulary(site.urls, user_ids(params.seed, params.users), site.campaigns)
     behaviour_rng = np.random.Generator(np.random.PCG64([params.seed, _BEHAVIOUR_STREAM]))
     sessions = batch_sessions(params, behaviour_rng)
     events = sessions_to_events(params, site, sessions, behaviour_rng)
@@ -267,13 +268,12 @@ def _generate(params: GeneratorParams, out: Path, events_dir: Path, truth: bool,
         if progress:
             print(f"computing the truth over {len(dataset.arrival.rows):,} records "
                   f"({processes} process{'es' if processes > 1 else ''}) ...", file=sys.stderr)
-        table = compute_truth(events_dir, params.format, params.attribution_config(), pool,
-                              processes)
+        config = params.attribution_config()
+        computed = compute_truth(events_dir, params.format, config, pool, processes)
+        table = computed.table
         write_truth(table, out / TRUTH_FILE)
-        organic = table.column("impression_id").null_count
-        truth_summary = {"path": TRUTH_FILE.as_posix(), "rows": table.num_rows,
-                         "attributed": table.num_rows - organic, "organic": organic,
-                         "sha256": manifest_mod.sha256_of(out / TRUTH_FILE)}
+        truth_summary = manifest_mod.truth_summary(table, config, computed.multi_candidate,
+                                                   TRUTH_FILE.as_posix(), out / TRUTH_FILE)
         seconds["truth"] = time.perf_counter() - started
 
     late_ids = dataset.late_event_ids()

@@ -3,7 +3,9 @@
 ``manifest.json`` records the seed and every parameter, counts by kind, the site's shape, the
 event-time range, the disorder statistics (maximum and p99 arrival delay, overall and per
 source, and the late records for the chosen watermark delay, with ``no_late_events`` as a plain
-boolean), one entry per file with its checksum, and a summary of the truth. It holds nothing
+boolean), one entry per file with its checksum, and a summary of the truth: its models and
+half-life, attributed and organic goals per model, and per model the goals with two or more
+candidate impressions (the goals whose credit a multi-touch model splits). It holds nothing
 run-dependent (no clock, no absolute path), so it is as reproducible as the data. Long late
 lists go to ``late_event_ids.txt``.
 
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from attribution.events import ms_to_iso
 from joins.durations import format_duration_ms
@@ -69,6 +73,7 @@ def event_counts(dataset) -> dict:
     # Repeat visits: a visit to a URL the same user has already visited.
     distinct_pairs = _distinct(ev.user[visit], ev.url[visit])
     records = len(dataset.arrival.rows)
+    goal = visit & ev.is_goal
     return {
         "users": dataset.params.users,
         "sessions": int(len(dataset.sessions)),
@@ -76,7 +81,8 @@ def event_counts(dataset) -> dict:
         "organic_sessions": int((~dataset.sessions.paid).sum()),
         "events": int(len(ev)),
         "visits": int(visit.sum()),
-        "goals": int((visit & ev.is_goal).sum()),
+        "goals": int(goal.sum()),
+        "goals_with_value": int((goal & ~np.isnan(ev.value)).sum()),
         "impressions": int(imp.sum()),
         "logical_impressions": int(logical),
         "click_spam_duplicates": int(imp.sum() - logical),
@@ -122,6 +128,40 @@ def site_summary(dataset) -> dict:
         "links": int(len(site.link_idx)),
         "ads": int(len(site.ad_source)),
         "domains": dataset.params.domains,
+        "campaigns": len(site.campaigns),
+    }
+
+
+def truth_summary(table: pa.Table, config, multi_candidate: dict, relative_path: str,
+                  path: Path) -> dict:
+    """The manifest's ``truth`` entry.
+
+    :param table: the truth rows (output schema).
+    :param config: the ``AttributionConfig`` they were computed with.
+    :param multi_candidate: per model, the goals with two or more candidates
+        (``generators.truth.Truth``).
+    :param relative_path: the truth file's path under the output directory.
+    :param path: the truth file, for its checksum.
+    """
+    model = table.column("model")
+    goal = table.column("goal_event_id")
+    paid = table.column("impression_id").is_valid()
+    goals, attributed = {}, {}
+    for m in config.models:
+        mine = pc.equal(model, m)
+        goals[m] = len(pc.unique(goal.filter(mine)))
+        attributed[m] = len(pc.unique(goal.filter(pc.and_(mine, paid))))
+    return {
+        "path": relative_path,
+        "models": list(config.models),
+        "half_life": format_duration_ms(config.half_life_ms),
+        "half_life_ms": config.half_life_ms,
+        "rows": table.num_rows,
+        "goals": len(pc.unique(goal)),
+        "attributed_goals": attributed,
+        "organic_goals": {m: goals[m] - attributed[m] for m in config.models},
+        "multi_candidate_goals": {m: int(multi_candidate[m]) for m in config.models},
+        "sha256": sha256_of(path),
     }
 
 
@@ -165,8 +205,13 @@ def summary(manifest: dict) -> dict:
                          f"{by_source}); {late} for a {params['watermark_delay']} watermark delay")
     truth = manifest["truth"]
     if truth:
-        lines["truth"] = (f"truth: {truth['rows']:,} goals ({truth['attributed']:,} attributed, "
-                          f"{truth['organic']:,} organic)")
+        first = truth["models"][0]
+        lines["truth"] = (f"truth: {truth['goals']:,} goals under {len(truth['models'])} models "
+                          f"(half-life {truth['half_life']}), {truth['rows']:,} rows; {first}: "
+                          f"{truth['attributed_goals'][first]:,} attributed, "
+                          f"{truth['organic_goals'][first]:,} organic")
+        lines["multi_candidate"] = ("goals with 2 or more candidate impressions: " + ", ".join(
+            f"{n:,} {m}" for m, n in truth["multi_candidate_goals"].items()))
     return lines
 
 

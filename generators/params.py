@@ -24,7 +24,7 @@ from attribution.events import InvalidEvent, ts_to_ms
 
 FORMATS = ("json", "parquet", "avro")
 DISORDER_MODELS = ("bounded", "per-source", "heavy-tail")
-GROUPS = ("dataset", "site", "behaviour", "disorder", "stream")
+GROUPS = ("dataset", "site", "behaviour", "value", "disorder", "stream")
 # The value of an open-ended duration knob (``total_span``) that sets no bound.
 UNLIMITED = "unlimited"
 
@@ -91,6 +91,10 @@ class GeneratorParams:
                                  kind="probability")
     external_referers: int = _knob(30, "external referring URLs (social, news) of organic "
                                    "sessions", "site", minimum=1)
+    campaigns_per_domain: int = _knob(3, "ad campaigns per advertiser (domain), named by Faker; "
+                                      "each ad (search or display) belongs to one campaign of "
+                                      "the advertiser it lands on, so every impression of an ad "
+                                      "carries the same campaign", "site", minimum=1)
 
     # -- the behaviour model ----------------------------------------------------------------------
     sessions_per_user: float = _knob(4.0, "mean sessions per user (1 + Poisson)", "behaviour",
@@ -133,6 +137,25 @@ class GeneratorParams:
     direct_entry_prob: float = _knob(0.5, "probability that an organic session has no referer "
                                      "(else an external referer)", "behaviour",
                                      kind="probability")
+    retarget_prob: float = _knob(0.5, "probability that a user's paid session after the first "
+                                 "is a retargeting click: the display ad, on a publisher page "
+                                 "(an external referer), of the page the user's latest search "
+                                 "ad landed on. The walk goes on from a page seen before, so a "
+                                 "later goal is reached through several distinct ads",
+                                 "behaviour", kind="probability")
+
+    # -- goal values ------------------------------------------------------------------------------
+    goal_value_median: float = _knob(40.0, "median conversion value of a goal. Values are "
+                                     "lognormal (exp of a normal with this median and "
+                                     "--goal-value-sigma), rounded to cents", "value",
+                                     minimum=0.01)
+    goal_value_sigma: float = _knob(1.0, "spread of goal values: the standard deviation of their "
+                                    "natural logarithm. 0 gives every valued goal the median; 1 "
+                                    "puts the middle half between about half and twice it",
+                                    "value", minimum=0.0, maximum=10.0)
+    goal_value_null_prob: float = _knob(0.1, "fraction of goals without a value (null: a "
+                                        "conversion whose value is unknown)", "value",
+                                        kind="probability")
 
     # -- the disorder model -------------------------------------------------------------------------
     disorder: str = _knob("bounded", "arrival model: 'bounded' (each event arrives at most "
@@ -198,6 +221,8 @@ class GeneratorParams:
                     raise ValueError(f"{option} must be a number, got {value!r}")
                 if value < meta["minimum"]:
                     raise ValueError(f"{option} must be at least {meta['minimum']}, got {value!r}")
+                if value > meta.get("maximum", value):
+                    raise ValueError(f"{option} must be at most {meta['maximum']}, got {value!r}")
         if self.pages < 2 * self.domains:
             raise ValueError(f"--pages ({self.pages}) must be at least twice --domains "
                              f"({self.domains}): every site needs a home page and one more page")
@@ -247,10 +272,12 @@ class GeneratorParams:
         return self.ms("block_span")
 
     def attribution_config(self):
-        """The attribution rules' config the truth is computed with."""
-        from attribution.config import AttributionConfig
+        """The attribution rules' config the truth is computed with: every model, with the
+        default half-life."""
+        from attribution.config import MODELS, AttributionConfig
 
-        return AttributionConfig(lookback_ms=self.lookback_ms, dedup_window_ms=self.dedup_window_ms)
+        return AttributionConfig(lookback_ms=self.lookback_ms, dedup_window_ms=self.dedup_window_ms,
+                                 models=MODELS)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

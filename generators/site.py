@@ -3,8 +3,11 @@
 Each advertiser domain is a set of pages ordered from its home page down; forward links follow
 that order (a DAG), and a few back links point up again, so referer chains revisit URLs and form
 cycles in URL space. Some deeper pages are goals. Search pages show ads whose targets are landing
-pages. Names (domains, paths, search queries, user ids) come from a seeded Faker, drawn once into
-small pools; everything per event later is integer indexing into those pools.
+pages. Every page that is not a goal also has one display ad, shown on a publisher page (one of
+the external referers) to users who saw the page before (retargeting). Every ad, search or
+display, belongs to one campaign of the advertiser (domain) it lands on. Names (domains, paths,
+search queries, campaigns, user ids) come from a seeded Faker, drawn once into small pools;
+everything per event later is integer indexing into those pools.
 
 The graph is also flattened into numpy arrays (``SiteArrays``) for the vectorised walks.
 """
@@ -25,6 +28,10 @@ _GOAL_SUFFIXES = ("thank-you", "receipt", "join-mailing-list", "order-confirmed"
 _SEARCH_HOSTS = 4
 # A separate stream of the seed for names, so adding a structural knob never renames pages.
 _NAMES_TAG = 0x5173
+# Campaigns and display ads draw from streams of their own, so that their knobs never change
+# the pages, the links or the search ads.
+_CAMPAIGN_NAMES_TAG = 0xCA11
+_CAMPAIGN_STREAM = 12
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,12 @@ class SiteArrays:
     is_goal: np.ndarray          # bool per page
     link_ptr: np.ndarray         # CSR over page -> page links
     link_idx: np.ndarray
-    ad_source: np.ndarray        # one entry per ad: the search page's node id
-    ad_target: np.ndarray        # ... and its landing page
+    ad_source: np.ndarray        # one entry per search ad: the search page's node id
+    ad_target: np.ndarray        # ... its landing page
+    ad_campaign: np.ndarray      # ... and its campaign, an index into ``campaigns``
+    display_source: np.ndarray   # per page: the URL index of its display ad's publisher page
+    display_campaign: np.ndarray  # ... and that ad's campaign (both NULL (-1) for goals)
+    campaigns: list[str]
     entry_pages: np.ndarray      # home pages, favoured as organic entry points
     external: np.ndarray         # URL indexes of external referers
 
@@ -47,9 +58,9 @@ class SiteArrays:
         return np.diff(self.link_ptr)
 
 
-def _faker(seed: int) -> Faker:
+def _faker(seed: int, tag: int = _NAMES_TAG) -> Faker:
     fake = Faker("en_US")
-    fake.seed_instance(seed * 65_537 + _NAMES_TAG)
+    fake.seed_instance(seed * 65_537 + tag)
     return fake
 
 
@@ -74,7 +85,8 @@ def _unique(draw, count: int, limit: int = 50) -> list[str]:
 
 def build_site(params: GeneratorParams) -> nx.DiGraph:
     """Build the site graph. Nodes are ints in insertion order with attributes ``url``,
-    ``kind`` (page/search), ``domain`` and ``is_goal``; edges carry ``kind`` (link/ad)."""
+    ``kind`` (page/search), ``domain`` and ``is_goal``; edges carry ``kind`` (link/ad).
+    Campaigns: see ``_add_campaigns``."""
     rng = np.random.Generator(np.random.PCG64([params.seed, 11]))
     fake = _faker(params.seed)
     domains = _unique(fake.domain_name, params.domains)
@@ -129,7 +141,33 @@ def build_site(params: GeneratorParams) -> nx.DiGraph:
         node += 1
     graph.graph["external_referers"] = _unique(
         lambda: f"https://{fake.domain_name()}/{fake.uri_path(deep=1)}", params.external_referers)
+    _add_campaigns(graph, params)
     return graph
+
+
+def _add_campaigns(graph: nx.DiGraph, params: GeneratorParams) -> None:
+    """Name ``campaigns_per_domain`` campaigns per advertiser (the graph's ``campaigns``, one
+    advertiser after another), put each search ad in one campaign of the advertiser it lands on
+    (``campaign`` on the ad edge), and give every page that is not a goal its display ad: a
+    publisher page (``display_source``, an index into ``external_referers``) and a campaign
+    (``display_campaign``), node attributes. All drawn at random."""
+    rng = np.random.Generator(np.random.PCG64([params.seed, _CAMPAIGN_STREAM]))
+    per_domain = params.campaigns_per_domain
+    names = _unique(_faker(params.seed, _CAMPAIGN_NAMES_TAG).catch_phrase,
+                    params.domains * per_domain)
+    graph.graph["campaigns"] = names
+
+    def campaign_of(page: int) -> str:
+        return names[graph.nodes[page]["domain"] * per_domain + int(rng.integers(0, per_domain))]
+
+    for source, target, kind in graph.edges(data="kind"):
+        if kind == AD:
+            graph.edges[source, target]["campaign"] = campaign_of(target)
+    publishers = len(graph.graph["external_referers"])
+    for page, attributes in graph.nodes(data=True):
+        if attributes["kind"] == PAGE and not attributes["is_goal"]:
+            attributes["display_source"] = int(rng.integers(0, publishers))
+            attributes["display_campaign"] = campaign_of(page)
 
 
 def link_graph(graph: nx.DiGraph) -> nx.DiGraph:
@@ -163,12 +201,23 @@ def to_arrays(graph: nx.DiGraph) -> SiteArrays:
     np.cumsum(degrees, out=link_ptr[1:])
     ads = [(s, t) for s in searches for t in graph.successors(s)]
     homes = [n for n in pages if n == 0 or graph.nodes[n - 1]["domain"] != graph.nodes[n]["domain"]]
+    campaigns = list(graph.graph["campaigns"])
+    campaign_index = {name: k for k, name in enumerate(campaigns)}
+    display = [graph.nodes[n] for n in pages]
     return SiteArrays(
         urls=urls, n_pages=n_pages, n_search=len(searches),
         is_goal=np.array([graph.nodes[n]["is_goal"] for n in pages], dtype=bool),
         link_ptr=link_ptr, link_idx=np.array(targets, dtype=np.int64),
         ad_source=np.array([s for s, _ in ads], dtype=np.int64),
         ad_target=np.array([t for _, t in ads], dtype=np.int64),
+        ad_campaign=np.array([campaign_index[graph.edges[s, t]["campaign"]] for s, t in ads],
+                             dtype=np.int64),
+        display_source=np.array([len(nodes) + a["display_source"] if "display_source" in a
+                                 else -1 for a in display], dtype=np.int64),
+        display_campaign=np.array([campaign_index[a["display_campaign"]]
+                                   if "display_campaign" in a else -1 for a in display],
+                                  dtype=np.int64),
+        campaigns=campaigns,
         entry_pages=np.array(homes, dtype=np.int64),
         external=np.arange(len(nodes), len(urls), dtype=np.int64))
 

@@ -67,7 +67,8 @@ class EventStream:
         self.params = params
         self.span = params.block_span_ms
         self.site = to_arrays(build_site(params))
-        self.vocab = Vocabulary(self.site.urls, user_ids(params.seed, params.users))
+        self.vocab = Vocabulary(self.site.urls, user_ids(params.seed, params.users),
+                                self.site.campaigns)
         self._block = functools.lru_cache(maxsize=_CACHED_BLOCKS)(self._make_block)
         self._segment = functools.lru_cache(maxsize=_CACHED_BLOCKS)(self._make_segment)
         self._sizes: dict[int, int] = {}

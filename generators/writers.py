@@ -1,8 +1,8 @@
 """Rendering generated events into spec files: JSON lines, Parquet and Avro, written atomically.
 
 Events arrive here as integer columns (``behaviour.EventColumns``) plus a ``Vocabulary`` of the
-few distinct strings (URLs, user ids). Rendering is vectorised: Arrow ``take`` for Parquet,
-pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
+few distinct strings (URLs, user ids, campaigns). Rendering is vectorised: Arrow ``take`` for
+Parquet, pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
 ``attribution.spark.files`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
 Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
 
@@ -40,11 +40,11 @@ _ARROW_SCHEMA = arrow_schema(EVENT_SCHEMA)
 # timestamps cost a quarter of the writing time and made the files 16% larger.
 PARQUET_OPTIONS = dict(version="2.6", compression="snappy",
                        use_dictionary=["user_id", "event_type", "url", "referer", "source_url",
-                                       "target_url"],
+                                       "target_url", "campaign"],
                        write_statistics=True, data_page_version="1.0", store_schema=True)
 _JSON_LINE = ('{{"event_id": "{}", "user_id": {}, "event_type": "{}", "ts": "{}Z", "url": {}, '
               '"referer": {}, "is_goal": {}, "impression_id": {}, "source_url": {}, '
-              '"target_url": {}, "campaign": null, "value": null}}\n')
+              '"target_url": {}, "campaign": {}, "value": {}}}\n')
 _GOAL_TOKENS = np.array(["false", "true", "null"], dtype=object)
 _TYPE_NAMES = np.array(list(EVENT_TYPES), dtype=object)  # visit=0, impression=1, heartbeat=2
 
@@ -57,32 +57,40 @@ def part_name(index: int, fmt: str) -> str:
 class Vocabulary:
     """The distinct strings events index into, with their Arrow and JSON renderings cached."""
 
-    def __init__(self, urls: list[str], user_ids: list[str]):
+    def __init__(self, urls: list[str], user_ids: list[str], campaigns: list[str]):
         self.urls = urls
         self.user_ids = user_ids
+        self.campaigns = campaigns
         # A trailing null entry: index NULL (-1) is remapped to it, which is cheaper than a mask.
         self._urls_arrow = string_array(urls + [None])
         self._users_arrow = string_array(user_ids + [None])
-        self._url_tokens: Optional[np.ndarray] = None
-        self._user_tokens: Optional[np.ndarray] = None
+        self._campaigns_arrow = string_array(campaigns + [None])
+        self._tokens: dict[str, np.ndarray] = {}
+
+    def _json_tokens(self, name: str) -> np.ndarray:
+        if name not in self._tokens:
+            self._tokens[name] = np.array([json.dumps(v) for v in getattr(self, name)] + ["null"],
+                                          dtype=object)
+        return self._tokens[name]
 
     def url_tokens(self) -> np.ndarray:
         """JSON tokens of the URLs; index -1 (``NULL``) lands on the trailing ``null``."""
-        if self._url_tokens is None:
-            self._url_tokens = np.array([json.dumps(u) for u in self.urls] + ["null"], dtype=object)
-        return self._url_tokens
+        return self._json_tokens("urls")
 
     def user_tokens(self) -> np.ndarray:
-        if self._user_tokens is None:
-            self._user_tokens = np.array([json.dumps(u) for u in self.user_ids] + ["null"],
-                                         dtype=object)
-        return self._user_tokens
+        return self._json_tokens("user_ids")
+
+    def campaign_tokens(self) -> np.ndarray:
+        return self._json_tokens("campaigns")
 
     def urls_at(self, index: np.ndarray) -> pa.Array:
         return _take(self._urls_arrow, np.where(index < 0, len(self.urls), index))
 
     def users_at(self, index: np.ndarray) -> pa.Array:
         return _take(self._users_arrow, np.where(index < 0, len(self.user_ids), index))
+
+    def campaigns_at(self, index: np.ndarray) -> pa.Array:
+        return _take(self._campaigns_arrow, np.where(index < 0, len(self.campaigns), index))
 
 
 # Arrow arrays here are built from their buffers: ``pa.array`` (on a list or a numpy array)
@@ -154,8 +162,7 @@ def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
 
 
 def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
-    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC); the
-    schema's fields the generator does not produce are null."""
+    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC)."""
     visit = events.kind == VISIT
     columns = {
         "event_id": id_array(events.seq),
@@ -169,10 +176,10 @@ def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
                                      valid=events.impression_id >= 0),
         "source_url": vocab.urls_at(events.source),
         "target_url": vocab.urls_at(events.target),
+        "campaign": vocab.campaigns_at(events.campaign),
+        "value": numpy_array(events.value, pa.float64(), valid=~np.isnan(events.value)),
     }
-    return pa.Table.from_arrays(
-        [columns[name] if name in columns else pa.nulls(len(events), _ARROW_SCHEMA.field(name).type)
-         for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
+    return pa.Table.from_arrays([columns[name] for name in EVENT_FIELDS], schema=_ARROW_SCHEMA)
 
 
 def heartbeat_record(ts_ms: int, seq: int) -> dict:
@@ -209,20 +216,31 @@ def json_lines(events: EventColumns, vocab: Vocabulary) -> str:
         id_array(events.seq).to_pylist(), vocab.user_tokens()[events.user].tolist(),
         _TYPE_NAMES[events.kind].tolist(), iso, urls[events.url].tolist(),
         urls[events.referer].tolist(), _GOAL_TOKENS[goal].tolist(), impression,
-        urls[events.source].tolist(), urls[events.target].tolist()))
+        urls[events.source].tolist(), urls[events.target].tolist(),
+        vocab.campaign_tokens()[events.campaign].tolist(), map(_json_number, _values(events))))
+
+
+def _values(events: EventColumns) -> list:
+    """The ``value`` column as Python floats, ``None`` for none."""
+    return [None if v != v else v for v in events.value.tolist()]
+
+
+def _json_number(value: Optional[float]) -> str:
+    return "null" if value is None else repr(value)
 
 
 def avro_records(events: EventColumns, vocab: Vocabulary) -> list[dict]:
     """Events as dicts for fastavro (``ts`` as epoch milliseconds, nulls as ``None``)."""
     urls = np.array(vocab.urls + [None], dtype=object)
     users = np.array(vocab.user_ids + [None], dtype=object)
+    campaigns = np.array(vocab.campaigns + [None], dtype=object)
     visit = events.kind == VISIT
     goal = np.where(visit, events.is_goal, None).tolist()
     impression = np.where(events.impression_id < 0, None, events.impression_id).tolist()
     columns = (id_array(events.seq).to_pylist(), users[events.user].tolist(),
                _TYPE_NAMES[events.kind].tolist(), events.ts.tolist(), urls[events.url].tolist(),
                urls[events.referer].tolist(), goal, impression, urls[events.source].tolist(),
-               urls[events.target].tolist())
+               urls[events.target].tolist(), campaigns[events.campaign].tolist(), _values(events))
     return [dict(zip(EVENT_FIELDS, values)) for values in zip(*columns)]
 
 

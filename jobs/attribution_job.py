@@ -34,9 +34,11 @@ from attribution.config import (
     parse_duration_ms,
     parse_models,
 )
+from attribution.spark import backfill
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout, state_users_at_start
 from attribution.spark.late_records import audit as audit_late_records
+from attribution.spark.layout import DETECTED_DATE, GOAL_DATE, by_date, is_flat
 from attribution.spark.pipeline import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -72,9 +74,9 @@ from jobs.runtime import (
     check_input,
     check_sink_directory,
     default_log_file,
+    run_with_dead_letter,
     ship_packages,
     start_spark,
-    stop_after_current_batch,
     unexpected_failure,
 )
 
@@ -103,6 +105,10 @@ examples:
 
   # the same rules over the whole input at once (watermark at +infinity)
   python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch
+
+  # then re-attribute March 2024 only: its goal_date partitions are replaced, the others kept
+  python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch \
+      --goals-from 2024-03-01 --goals-to 2024-03-31
 
   # every attribution model at once, time decay halving a click's weight per day
   python jobs/attribution_job.py --events DIR --models all --half-life '1 day'
@@ -183,6 +189,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "modification time, so that one bad clock cannot drag the watermark "
                              "forward and make every later event late; every run and both "
                              "outputs judge a record alike (default: %(default)s)")
+    parser.add_argument("--goals-from", default=None, metavar="DATE",
+                        help="batch mode: backfill the goals dated DATE (UTC, YYYY-MM-DD) to "
+                             "--goals-to, both inclusive: only their goal_date partitions of "
+                             "--output are replaced (Spark's dynamic partition overwrite), the "
+                             "others keep their files; the rows equal a full batch run's. The "
+                             "dead letter is left as it is")
+    parser.add_argument("--goals-to", default=None, metavar="DATE",
+                        help="batch mode: the last goal date of the backfill window (inclusive)")
+    parser.add_argument("--backfill-history", default=None, metavar="DURATION",
+                        help="backfill: read only the events from this long before the window "
+                             "(at least --lookback), instead of all history. Goals before the "
+                             "window are then attributed without the impressions before that "
+                             "history, and may consume other impressions than in a full run; "
+                             "first_touch rows of the window can then differ from a full run's "
+                             "(the other models' cannot). Default: all history, exact")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
     parser.add_argument("--quiet", action="store_true",
@@ -203,8 +224,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                         allowed_lateness_ms=parse_duration_ms(
                                             args.allowed_lateness, "--allowed-lateness"),
                                         early_results=args.early_results)
+        args.window = backfill.parse_goal_window(args.goals_from, args.goals_to,
+                                                 args.backfill_history, args.config.lookback_ms)
     except ValueError as err:
         parser.error(str(err))
+    if args.window is not None and args.mode != "batch":
+        parser.error("--goals-from and --goals-to backfill a --mode batch output; add "
+                     "--mode batch")
     if not Path(args.events).is_dir() and "://" not in args.events:
         parser.error(f"--events {args.events!r} is not a directory")
     if not 0 <= args.state_buckets <= MAX_ALIGNED_BUCKETS:
@@ -253,7 +279,13 @@ def preflight(args) -> None:
                            ExitCode.OUTPUT)
     if args.mode == "batch":  # batch mode overwrites its outputs and keeps no checkpoint
         check_writable_dir(args.output, "--output", ExitCode.OUTPUT)
-        check_writable_dir(args.dead_letter, "--dead-letter", ExitCode.OUTPUT)
+        if args.window is None:
+            check_writable_dir(args.dead_letter, "--dead-letter", ExitCode.OUTPUT)
+            return
+        try:
+            backfill.check_target(args.output, args.window)
+        except backfill.BackfillRefused as err:
+            raise Failure(ExitCode.OUTPUT, str(err)) from None
         return
     check_writable_dir(args.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
     check_sink_directory(args.output, "--output", args.checkpoint)
@@ -271,31 +303,56 @@ class AttributionProgress(BatchProgress):
     is captured and extended rather than re-formatted here, so its wording stays in one place.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, revising: bool = False, **kwargs):
+        """:param revising: the run revises rows (allowed lateness or early results): the line
+        and the report also count revisions and retractions (rows)."""
         # The stderr of the moment, not of import time, so that redirect_stderr and test capture
         # see the progress lines.
         kwargs.setdefault("stream", sys.stderr)
         super().__init__(*args, **kwargs)
-        self.totals["invalid"] = 0
+        self.revising = revising
+        self.totals.update(invalid=0, revisions=0, retractions=0)
 
     def _account(self, p) -> None:
-        observed = (p.observedMetrics or {}).get(VALIDATION_METRICS)
-        invalid = observed["invalid"] if observed is not None else 0
+        observed = p.observedMetrics or {}
+        validation, output = observed.get(VALIDATION_METRICS), observed.get(self.metrics_name)
+        invalid = validation["invalid"] if validation is not None else 0
+        changes = {k: output[k] if output is not None else 0 for k in ("revisions", "retractions")}
         self.totals["invalid"] += invalid
+        for k, n in changes.items():
+            self.totals[k] += n
         stream, self.stream = self.stream, io.StringIO()
         try:
             super()._account(p)
         finally:
             line, self.stream = self.stream.getvalue(), stream
-        self.history[-1]["invalid"] = invalid
+        self.history[-1].update(invalid=invalid, **changes)
         if line:
-            print(f"{line.rstrip()}, invalid {invalid} (dead-lettered)", file=self.stream,
-                  flush=True)
+            revised = (f", revisions {changes['revisions']}, retractions "
+                       f"{changes['retractions']}" if self.revising else "")
+            print(f"{line.rstrip()}{revised}, invalid {invalid} (dead-lettered)",
+                  file=self.stream, flush=True)
 
     def report(self, **fields) -> RunReport:
         report = super().report(**fields)
         report.extra["invalid"] = self.totals["invalid"]
+        if self.revising:
+            report.extra["revisions"] = self.totals["revisions"]
+            report.extra["retractions"] = self.totals["retractions"]
         return report
+
+
+def kept_flat(args) -> list[str]:
+    """The outputs (``--output``, ``--dead-letter``) a streaming run writes without date
+    partitions: those already written that way (``layout.is_flat``), by a version of the job
+    before partitions, whose query this run resumes. Spark reads a directory mixing both layouts
+    as neither, so they keep theirs; each is named on stderr unless ``--quiet``."""
+    flat = [path for path in (args.output, args.dead_letter) if is_flat(path)]
+    if not args.quiet:
+        for path in flat:
+            print(f"{path} holds part files without date partitions, written by an earlier "
+                  "version of the job: this run keeps that layout", file=sys.stderr, flush=True)
+    return flat
 
 
 def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
@@ -314,36 +371,28 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
                               config=args.config, backend=args.backend,
                               tws_state=args.tws_state, state_buckets=args.state_buckets,
                               bucket_keys=args.bucket_keys)
+    flat = kept_flat(args)
+    rows, partition_columns = by_date(rows, GOAL_DATE, partitioned=args.output not in flat)
     writer = (rows.writeStream.format("parquet").outputMode("append")
+              .partitionBy(*partition_columns)
               .option("path", args.output).option("checkpointLocation", args.checkpoint)
               .queryName("attribution"))
     query = apply_trigger(writer, args.trigger).start()
     # The dead-letter query has no watermark to step, so it takes whatever files are new in one
     # micro-batch: --max-files-per-trigger would only multiply its per-batch cost.
     dead_letter_query = start_dead_letter_stream(
-        classified_input(None), args.dead_letter, dead_letter_checkpoint(args), args.trigger)
+        classified_input(None), args.dead_letter, dead_letter_checkpoint(args), args.trigger,
+        by_detected_date=args.dead_letter not in flat)
     progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet,
-                                   users_at_start=users_at_start,
+                                   revising=args.config.revising, users_at_start=users_at_start,
                                    users_by_change=users_counted_by_change(*layout))
     late = LateRecords(spark, args)
-    try:
-        while not query.awaitTermination(1):
-            progress.consume(query.recentProgress)
-            late.audit()
-            if stop is not None and stop.requested:
-                for running in (query, dead_letter_query):
-                    stop_after_current_batch(running)
-                break
-            if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
-                query.stop()  # surface the dead-letter failure instead of running without it
-                raise dead_letter_query.exception()
-        dead_letter_query.awaitTermination()
-    finally:
-        for running in (query, dead_letter_query):  # one failed: do not leave the other behind
-            if running.isActive:
-                running.stop()
-    progress.consume(query.recentProgress)
-    late.audit()
+    def poll():
+        progress.consume(query.recentProgress)
+        late.audit()
+
+    run_with_dead_letter(query, dead_letter_query, stop, poll)
+    poll()  # what the last micro-batch committed
     report = progress.report(mode="stream", backend=args.backend, output=args.output,
                              stopped_by=stop.signal_name if stop is not None else None)
     if args.config.revising:
@@ -374,35 +423,62 @@ class LateRecords:
 
 
 def run_batch(spark, args) -> RunReport:
-    """Batch mode: the same core over the whole input, watermark at +infinity.
+    """Batch mode: the same core over the whole input, watermark at +infinity; with a window
+    (``args.window``), a backfill of its goal dates (``attribution.spark.backfill``).
 
     The input is read twice, once for the dead letters and once for the attribution, rather than
     cached: the second scan builds nothing but each row's validity, where a cache would hold
     every classified row in executor memory. Every rule depends on the record and its file only,
-    so both passes agree on every row. The counts come from observed metrics of the two writes,
-    not from extra jobs.
+    so both passes agree on every row. The counts come from observed metrics of the writes, not
+    from extra jobs. A backfill writes no dead letter: it reads the input the full run read, and
+    invalid records have no goal date to place them in the window; it only counts them.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     started = time.monotonic()
+    window, models = args.window, args.config.models
     classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
                           args.max_future_skew_ms, args.max_future_skew)
-    rejected, read, emitted = (Observation(name) for name in ("dead_letters", "input", "output"))
-    (dead_letters(classified).observe(rejected, F.count(F.lit(1)).alias("rows"))
-     .write.mode("overwrite").parquet(args.dead_letter))
-    events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows")))
-    models = args.config.models
-    (attribution_batch(events, config=args.config)
-     .observe(emitted, *output_metrics(models))
-     .write.mode("overwrite").parquet(args.output))
+    read, emitted = Observation("input"), Observation("output")
+    if window is None:
+        rejected, columns = by_date(dead_letters(classified), DETECTED_DATE)
+        (rejected.write.mode("overwrite").option("partitionOverwriteMode", "static")
+         .partitionBy(*columns).parquet(args.dead_letter))
+    events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows"),
+                                             F.count(F.when(~F.col("valid"), 1)).alias("invalid")))
+    if window is not None:
+        events = window.events(events, args.config.dedup_window_ms)
+    rows = attribution_batch(events, config=args.config)
+    if window is not None:
+        rows = window.rows(rows)
+    rows, columns = by_date(rows, GOAL_DATE)
+    metrics = output_metrics(models)
+    if window is not None:
+        metrics.append(F.collect_set(GOAL_DATE[0]).alias("dates"))
+    writer = rows.observe(emitted, *metrics).write.mode("overwrite").partitionBy(*columns)
+    if window is None:
+        writer.option("partitionOverwriteMode", "static").parquet(args.output)
+        extra = {"dead letter": args.dead_letter}
+    else:
+        # Only the partitions the rows fall in are replaced; _SUCCESS is away meanwhile.
+        backfill.begin(spark, args.output, window)
+        writer.option("partitionOverwriteMode", "dynamic").parquet(args.output)
+        written = emitted.get["dates"]
+        removed = backfill.finish(spark, args.output, window, written)
+        extra = {"backfill": f"goals {window}",
+                 "history read": window.history_text(args.config.dedup_window_ms),
+                 "goal dates": (f"{len(written)} replaced, {len(removed)} without goals removed"
+                                if written else "no goal of the window in --events: the output "
+                                "is unchanged"),
+                 "dead letter": "not written by a backfill"}
     attributed = {m: emitted.get[metric_name("attributed", m)] for m in models}
     return RunReport(mode="batch", backend="mapInArrow", output=args.output,
                      input_rows=read.get["rows"], late_rows=0,
                      goals=emitted.get[metric_name("goals", models[0])],
                      attributed=attributed[models[0]], attributed_by_model=attributed, batches=1,
                      seconds=time.monotonic() - started,
-                     extra={"invalid": rejected.get["rows"], "dead letter": args.dead_letter})
+                     extra={"invalid": read.get["invalid"], **extra})
 
 
 def run(spark, args, stop: Optional[StopRequests] = None) -> RunReport:

@@ -16,6 +16,7 @@ from attribution.oracle import sort_key
 from attribution.spark.output import read_attribution_rows
 from generators.dataset import generate
 from generators.params import GeneratorParams
+from generators.truth import read_truth
 from jobs import attribution_job
 
 
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     status = attribution_job.main(job_args)
 
     produced = sorted(read_attribution_rows(out / "attributions"), key=sort_key)
-    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
+    truth = sorted(read_truth(dataset.truth_path), key=sort_key)  # the job's models
     same = produced == truth
     print(f"  matches batch oracle: {'yes' if same else 'NO'} "
           f"({len(produced)} rows vs {len(truth)} in {dataset.truth_path})")

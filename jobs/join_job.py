@@ -42,8 +42,8 @@ from jobs.runtime import (
     check_input,
     check_sink_directory,
     default_log_file,
+    run_with_dead_letter,
     start_spark,
-    stop_after_current_batch,
     unexpected_failure,
 )
 from joins import (
@@ -474,10 +474,12 @@ class ClickJoinRun:
             "spark_plan": spark_plan,
         }
 
-    def report(self, args) -> str:
+    def report(self, args, stopped_by: Optional[str] = None) -> str:
+        """The final report; ``stopped_by`` names the signal that stopped the run, if one did."""
         batches = [self.batches[b] for b in sorted(self.batches)]
         last = batches[-1] if batches else {}
-        lines = [f"click-through join ({args.strategy}, {args.how}) finished: {len(batches)} "
+        ending = f"stopped by {stopped_by}" if stopped_by else "finished"
+        lines = [f"click-through join ({args.strategy}, {args.how}) {ending}: {len(batches)} "
                  f"batch(es), {self.total('records_read')} records read, {self.output_rows} rows "
                  f"written to {args.output}",
                  f"  invalid records: {self.total('invalid')} (dead letter: {args.dead_letter})",
@@ -524,21 +526,7 @@ def run(spark, args, stop: Optional[StopRequests] = None) -> ClickJoinRun:
         classified_input(None), args.dead_letter, args.checkpoint.rstrip("/") + "/dead-letter",
         args.trigger, query_name="click_join_dead_letter")
     follow = ClickJoinRun(query, result.expected, quiet=args.quiet)
-    try:
-        while not query.awaitTermination(1):
-            follow.poll()
-            if stop is not None and stop.requested:  # SIGINT or SIGTERM: keep the batch in flight
-                for running in (query, dead_letter_query):
-                    stop_after_current_batch(running)
-                break
-            if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
-                query.stop()  # surface the dead-letter failure instead of running without it
-                raise dead_letter_query.exception()
-        dead_letter_query.awaitTermination()
-    finally:
-        for running in (query, dead_letter_query):  # one failed: do not leave the other behind
-            if running.isActive:
-                running.stop()
+    run_with_dead_letter(query, dead_letter_query, stop, follow.poll)
     follow.poll()
     follow.inspect()  # the last batch's plan carries the final eviction watermark
     return follow
@@ -574,9 +562,17 @@ def main(argv=None) -> int:
             print(f"stopped by {stop.signal_name}", file=sys.stderr)
             return int(stop.exit_code)
         except Exception as err:
+            if stop.requested:  # e.g. a signal sent to the whole process group: the JVM is gone
+                print(f"stopped by {stop.signal_name}, which reached Spark too and ended it; "
+                      "rerun with the same --checkpoint to resume (a micro-batch it cut short is "
+                      "redone)", file=sys.stderr)
+                return int(stop.exit_code)
             return report_failure(unexpected_failure(err, started_log or log_file))
-    print(follow.report(args))
+    print(follow.report(args, stop.signal_name if stop.requested else None), flush=True)
     write_metrics(follow, args)
+    if stop.requested:
+        print(f"stopped by {stop.signal_name}; rerun with the same --checkpoint to resume",
+              file=sys.stderr)
     return int(stop.exit_code)
 
 

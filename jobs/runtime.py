@@ -21,7 +21,7 @@ import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from attribution.spark.readers import FORMATS
 from commandline.exits import ExitCode, Failure
@@ -65,6 +65,9 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         "spark.sql.adaptive.enabled": "false",  # stateful queries ignore AQE; keep plans stable
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        # A Python worker has 15 s by default to connect back to its executor; on a busy host
+        # (a loaded laptop, an oversubscribed node) that fails tasks for nothing.
+        "spark.python.authenticate.socketTimeout": "120s",
     }
     if shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
@@ -305,3 +308,33 @@ def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
            and last_batch() == in_flight):
         time.sleep(poll_seconds)
     query.stop()
+
+
+def run_with_dead_letter(query, dead_letter_query, stop, on_poll: Callable[[], None]) -> None:
+    """Follow a job's main query and its dead-letter query until the main one ends.
+
+    Every second ``on_poll`` runs (progress, audits). A stop request (``stop.requested``: SIGINT
+    or SIGTERM) stops both queries after their micro-batch in flight. A failed dead-letter query
+    stops the main one and its exception is raised, rather than running on without it. Whatever
+    happens, neither query is left running.
+
+    :param query: the main ``StreamingQuery``.
+    :param dead_letter_query: the ``StreamingQuery`` writing the dead letter.
+    :param stop: a ``commandline.signals.StopRequests`` or ``None`` (no signal handling).
+    :param on_poll: called once per second while the main query runs.
+    """
+    try:
+        while not query.awaitTermination(1):
+            on_poll()
+            if stop is not None and stop.requested:
+                for running in (query, dead_letter_query):
+                    stop_after_current_batch(running)
+                break
+            if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
+                query.stop()
+                raise dead_letter_query.exception()
+        dead_letter_query.awaitTermination()
+    finally:
+        for running in (query, dead_letter_query):
+            if running.isActive:
+                running.stop()

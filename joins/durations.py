@@ -77,16 +77,19 @@ _FORMAT_UNITS = ((MS_PER_DAY, "days"), (MS_PER_HOUR, "h"), (MS_PER_MINUTE, "min"
 
 
 def format_duration_ms(ms: float) -> str:
-    """A duration in the largest unit that keeps it at least 1, to 3 significant digits.
+    """A duration in the largest unit that keeps it at least 1, to 3 significant digits, and
+    whole past 999 of the largest unit (no exponent notation).
 
-    ``1500`` -> ``"1.5 s"``, ``120000`` -> ``"2 min"``, ``27372984247`` -> ``"317 days"``.
+    ``1500`` -> ``"1.5 s"``, ``120000`` -> ``"2 min"``, ``27372984247`` -> ``"317 days"``,
+    ``1.1e15`` -> ``"12731481 days"``.
 
     :param ms: the duration in milliseconds (negative values keep their sign).
     """
     magnitude = abs(ms)
     for size, unit in _FORMAT_UNITS:
         if magnitude >= size:
-            return f"{ms / size:.3g} {unit}"
+            text = f"{ms / size:.3g}"
+            return f"{ms / size:.0f} {unit}" if "e" in text else f"{text} {unit}"
     return f"{ms:.3g} ms"
 
 

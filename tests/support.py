@@ -5,11 +5,18 @@
 * ``committed_attributions``: the rows a Spark file sink committed;
 * ``attribution_record``, ``write_sink_output``, ``write_batch_output``: attribution output
   written without Spark, laid out as Spark's streaming file sink or batch writer lays it out;
-* ``reference_attribution``: an independent brute-force reading of the rules, on networkx;
+* ``reference_attribution``: an independent brute-force reading of the rules, on networkx
+  (``reference_records``: its rule 1, the records that count);
+* ``conflicting_copy``: a hypothesis strategy for a copy of a record with other contents;
 * ``assert_same_rows``: rows equal, credits and credited values within rounding;
 * ``larger_event_set``: a few hundred random events of one user;
+* ``conflicting_copies``, ``stage_conflicting_copies``, ``CONFLICTING_COPIES_ROWS``,
+  ``conflicting_copies_row``: records with copies that differ, as files in either arrival
+  order, and the rows rule 1 gives them;
 * ``multi_touch_events``: generated event files with several ads upstream of many goals, and
   campaigns and values;
+* ``dropped_by_spark``: the records a one-file-per-micro-batch stream drops as late;
+* ``folded_rows``, ``revisions_by_goal``: a changelog's net table and revision numbers;
 * ``command_environment``, ``obey_file_permissions``, ``assert_no_traceback``,
   ``error_line``: running a command as a user would, and reading its stderr.
 """
@@ -22,10 +29,12 @@ import os
 import random
 import sys
 from collections import Counter, defaultdict
+from datetime import timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import networkx as nx
+from hypothesis import strategies as st
 
 from attribution import AttributionConfig, Event
 from attribution.core import Attribution
@@ -69,16 +78,54 @@ def _reference_credits(model: str, candidates: list[Event], goal: Event,
     raise AssertionError(f"the reference does not know model {model!r}")
 
 
+def _reference_copy_key(e: Event) -> tuple:
+    """Rule 1's order of the copies of a record, as semantics.md states it: ``ts``, then
+    ``event_type``, then the type's fields in the event schema's order, a missing value first,
+    false before true, -0.0 before 0.0; a visit's value counts on goals only."""
+    if e.event_type == "impression":
+        fields = [e.impression_id, e.source_url, e.target_url, e.campaign]
+    else:
+        fields = [e.url, e.referer, e.is_goal, e.value if e.is_goal else None]
+    return (e.ts, e.event_type,
+            [(f is not None, f, math.copysign(1.0, f) if isinstance(f, float) else 0)
+             for f in fields])
+
+
+@st.composite
+def conflicting_copy(draw, e: Event, spread: int, campaigns: Sequence[Optional[str]],
+                     values: Sequence[Optional[float]]) -> Event:
+    """A hypothesis strategy: another copy of ``e``'s record, with its user and ``event_id``,
+    within ``spread // 2`` of its ``ts`` (so all copies of a record lie within ``spread`` of
+    each other) and other contents drawn afresh over ``PAGES`` and ``SEARCH_PAGES``,
+    ``campaigns`` and ``values``; one in four is of the other type."""
+    ts = e.ts + draw(st.integers(-(spread // 2), spread // 2))
+    if (e.event_type == "impression") != (draw(st.integers(0, 3)) == 0):
+        return Event(e.event_id, e.user_id, "impression", ts,
+                     impression_id=draw(st.integers(0, 3)),
+                     source_url=draw(st.sampled_from(SEARCH_PAGES + PAGES)),
+                     target_url=draw(st.sampled_from(PAGES)),
+                     campaign=draw(st.sampled_from(campaigns)))
+    return Event(e.event_id, e.user_id, "visit", ts, url=draw(st.sampled_from(PAGES)),
+                 referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
+                 is_goal=draw(st.booleans()), value=draw(st.sampled_from(values)))
+
+
+def reference_records(arrivals: Iterable[Event]) -> dict[str, dict[str, Event]]:
+    """Rule 1 literally: per user and ``event_id``, the smallest copy (heartbeats left out)."""
+    smallest: dict[str, dict[str, Event]] = defaultdict(dict)
+    for e in arrivals:
+        if e.event_type != "heartbeat":
+            held = smallest[e.user_id].get(e.event_id)
+            if held is None or _reference_copy_key(e) < _reference_copy_key(held):
+                smallest[e.user_id][e.event_id] = e
+    return smallest
+
+
 def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) -> list[Attribution]:
     """Spec rules 1-7 and sections 6-7 applied literally: every edge enumerated, candidates by
     graph ancestry, each model with its own set of consumed impressions."""
-    first_copies: dict[str, dict[str, Event]] = defaultdict(dict)
-    for e in arrivals:
-        if e.event_type != "heartbeat":
-            first_copies[e.user_id].setdefault(e.event_id, e)  # rule 1: the first copy counts
-
     rows = []
-    for user_id, by_id in first_copies.items():
+    for user_id, by_id in reference_records(arrivals).items():
         events = list(by_id.values())
         graph = nx.DiGraph()
         graph.add_nodes_from(by_id)
@@ -216,6 +263,84 @@ def multi_touch_events(dest: Path, seed: int = 5) -> Path:
     return stage_in_arrival_order(sorted(src.glob("part-*.json")), dest)
 
 
+# Conflicting copies: records of one user and event_id with other contents, as (smaller,
+# larger) in rule 1's order. Each pair changes the rows if the larger copy is kept.
+_COPY_BASE_MS = 1_709_251_200_000  # 2024-03-01 UTC
+
+
+def _at_minute(event_id: str, user: Optional[str], minute: int, kind: str, **fields) -> Event:
+    return Event(event_id, user, kind, _COPY_BASE_MS + minute * 60_000, **fields)
+
+
+def conflicting_copies() -> tuple[list[Event], list[Event], list[Event]]:
+    """``(smaller, larger, common)``: per pair of copies the smaller and the larger one in rule
+    1's order, and records with no copy. With the smaller copies, alice's g1 credits click i1 of
+    campaign c1 with value 5 (the larger: campaign c2, and a visit to /zzz that cuts the path,
+    value 7); g2 credits click x (the larger copy of x is a visit); g3 is organic at minute 5
+    (6); g4 is no goal (the larger copy is one); bob's own record i1 is impression 7 (8)."""
+    imp, visit = "impression", "visit"
+    smaller = [
+        _at_minute("i1", "alice", 0, imp, impression_id=1, source_url="s", target_url="/a",
+                   campaign="c1"),
+        _at_minute("v1", "alice", 1, visit, url="/a", referer="s"),
+        _at_minute("g1", "alice", 3, visit, url="/g1", referer="/a", is_goal=True, value=5.0),
+        _at_minute("x", "alice", 2, imp, impression_id=2, source_url="s2", target_url="/b"),
+        _at_minute("g3", "alice", 5, visit, url="/g3", referer="/a", is_goal=True),
+        _at_minute("g4", "alice", 7, visit, url="/g4", referer="/a"),
+        _at_minute("i1", "bob", 0, imp, impression_id=7, source_url="s", target_url="/a"),
+    ]
+    larger = [
+        _at_minute("i1", "alice", 0, imp, impression_id=1, source_url="s", target_url="/a",
+                   campaign="c2"),
+        _at_minute("v1", "alice", 1, visit, url="/zzz", referer="s"),
+        _at_minute("g1", "alice", 3, visit, url="/g1", referer="/a", is_goal=True, value=7.0),
+        _at_minute("x", "alice", 2, visit, url="/b", referer="s2"),
+        _at_minute("g3", "alice", 6, visit, url="/g3", referer="/a", is_goal=True),
+        _at_minute("g4", "alice", 7, visit, url="/g4", referer="/a", is_goal=True),
+        _at_minute("i1", "bob", 0, imp, impression_id=8, source_url="s", target_url="/a"),
+    ]
+    common = [
+        _at_minute("v2", "alice", 3, visit, url="/b", referer="s2"),
+        _at_minute("g2", "alice", 4, visit, url="/g2", referer="/b", is_goal=True),
+        _at_minute("bv", "bob", 1, visit, url="/a", referer="s"),
+        _at_minute("bg", "bob", 2, visit, url="/bg", referer="/a", is_goal=True),
+    ]
+    return smaller, larger, common
+
+
+# What the smaller copies give under last_touch: (user, goal, goal minute, impression_id,
+# campaign, trail, goal_value).
+CONFLICTING_COPIES_ROWS = [
+    ("alice", "g1", 3, 1, "c1", ("/a",), 5.0),
+    ("alice", "g2", 4, 2, None, ("/b",), None),
+    ("alice", "g3", 5, None, None, (), None),
+    ("bob", "bg", 2, 7, None, ("/a",), None),
+]
+
+
+def conflicting_copies_row(row: Attribution) -> tuple:
+    """A row in the form of ``CONFLICTING_COPIES_ROWS``."""
+    return (row.user_id, row.goal_event_id, (row.goal_ts - _COPY_BASE_MS) // 60_000,
+            row.impression_id, row.impression_campaign, tuple(row.trail), row.goal_value)
+
+
+def stage_conflicting_copies(dest: Path, smaller_first: bool) -> Path:
+    """``conflicting_copies`` as three JSON-lines files staged in arrival order under ``dest``:
+    the records without copies and one copy of each pair, then the other copies, then a
+    heartbeat at minute 30. With a watermark delay of 10 minutes nothing is late."""
+    from attribution.spark.files import write_events
+
+    smaller, larger, common = conflicting_copies()
+    first, second = (smaller, larger) if smaller_first else (larger, smaller)
+    src = dest.parent / f"{dest.name}-src"
+    src.mkdir(parents=True)
+    files = [src / f"part-{n:05d}.json" for n in range(3)]
+    for path, events in zip(files, (common + first, second,
+                                    [_at_minute("hb", None, 30, "heartbeat")])):
+        write_events(events, path, "json")
+    return stage_in_arrival_order(files, dest)
+
+
 def stage_in_arrival_order(files, dest: Path, first_mtime: int = FILE_TIME) -> Path:
     """Copy event files into ``dest`` with strictly increasing modification times, from
     ``first_mtime`` (epoch seconds) on.
@@ -233,14 +358,60 @@ def stage_in_arrival_order(files, dest: Path, first_mtime: int = FILE_TIME) -> P
 
 
 def committed_attributions(spark, path: Path) -> list[Attribution]:
-    """The output rows the file sink committed, as ``Attribution``s (epoch-ms timestamps)."""
+    """The output rows the file sink committed, as ``Attribution``s (epoch-ms timestamps): Spark's
+    own reading, without the partition column it adds (``goal_date``, not a field of the rows)."""
     from pyspark.sql import functions as F
 
-    frame = spark.read.parquet(str(path))
+    from attribution.schema import PARTITION_COLUMN
+
+    frame = spark.read.parquet(str(path)).drop(PARTITION_COLUMN)
     frame = (frame.withColumn("goal_ts", F.unix_millis("goal_ts"))
                   .withColumn("impression_ts", F.unix_millis("impression_ts")))
     return sorted((Attribution(**{**r.asDict(), "trail": tuple(r.trail)})
                    for r in frame.collect()), key=sort_key)
+
+
+def dropped_by_spark(files: Sequence[Sequence[Event]], spark_delay_ms: int) -> dict[int, list]:
+    """Per file number, the records a stream reading one file per micro-batch drops as late.
+
+    Micro-batch ``k`` reads file ``k`` and drops (heartbeats aside, which never reach the
+    stateful stage) the records with ``ts <= S[k-1]``, where ``S[j]``, Spark's watermark of
+    micro-batch ``j``, is the maximum event time of the files before ``j`` minus
+    ``spark_delay_ms``, never below 0 (``S[0] = 0``). The attribution job gives Spark a delay of
+    its watermark delay plus the allowed lateness. The rule assumes no micro-batch without data
+    runs between two files.
+    """
+    dropped, watermark, previous, seen = {}, 0, 0, None
+    for k, records in enumerate(files):
+        # ``previous`` is S[k-1]; ``watermark`` becomes S[k].
+        dropped[k] = [e for e in records if e.event_type != "heartbeat" and e.ts <= previous]
+        previous = watermark
+        times = [e.ts for e in records]
+        if times:
+            seen = max(times) if seen is None else max(seen, *times)
+            watermark = max(watermark, seen - spark_delay_ms)
+    return dropped
+
+
+def folded_rows(changelog: Sequence[Attribution]) -> list[Attribution]:
+    """The table a changelog folds to (``attribution.spark.changelog.fold_changelog``), its rows
+    with the changelog columns at their defaults, in ``sort_key`` order."""
+    import pandas as pd
+
+    from attribution.spark.changelog import fold_changelog
+
+    frame = pd.DataFrame([r._asdict() for r in changelog]).assign(position=range(len(changelog)))
+    return sorted((changelog[k]._replace(sign=1, revision=0, emit_timing="ON_TIME")
+                   for k in fold_changelog(frame)["position"]), key=sort_key)
+
+
+def revisions_by_goal(changelog: Sequence[Attribution]) -> dict[tuple[str, str], set[int]]:
+    """The revisions of each ``(goal_event_id, model)`` that a ``+1`` row carries."""
+    revisions: dict = defaultdict(set)
+    for r in changelog:
+        if r.sign == 1:
+            revisions[(r.goal_event_id, r.model)].add(r.revision)
+    return revisions
 
 
 # Types of the columns spec sections 7 and 8 add to the output, as Spark writes them.
@@ -283,18 +454,29 @@ def output_table(records: list[dict]):
          if f.name not in ADDED_OUTPUT_TYPES or f.name in present]))
 
 
-def write_sink_output(out: Path, batches: list[list[dict]],
-                      compact_interval: int = 10) -> list[Path]:
+def goal_date_dir(record: dict) -> str:
+    """The partition directory of an output record: ``goal_date=`` its goal's UTC date."""
+    from attribution.schema import PARTITION_COLUMN
+
+    return f"{PARTITION_COLUMN}={record['goal_ts'].astimezone(timezone.utc).date().isoformat()}"
+
+
+def write_sink_output(out: Path, batches: list[list[dict]], compact_interval: int = 10,
+                      partitioned: bool = False) -> list[Path]:
     """Write micro-batches as Spark's streaming file sink does: one part file per batch, then its
     ``_spark_metadata`` log file (``<id>.compact`` repeating all earlier entries every
-    ``compact_interval`` batches). Returns the part files, in batch order."""
+    ``compact_interval`` batches). ``partitioned``: each part file under the ``goal_date=``
+    directory of its batch's first record (one date per batch). Returns the part files, in
+    batch order."""
     import pyarrow.parquet as pq
 
     log = out / "_spark_metadata"
     log.mkdir(parents=True, exist_ok=True)
     parts, entries = [], []
     for batch, records in enumerate(batches):
-        part = out / f"part-00000-{batch:08d}-0000-0000-0000-000000000000-c000.snappy.parquet"
+        directory = out / goal_date_dir(records[0]) if partitioned else out
+        directory.mkdir(exist_ok=True)
+        part = directory / f"part-00000-{batch:08d}-0000-0000-0000-000000000000-c000.snappy.parquet"
         pq.write_table(output_table(records), part)
         parts.append(part)
         entry = {"path": part.as_uri(), "size": part.stat().st_size, "isDir": False,
@@ -319,6 +501,24 @@ def write_batch_output(out: Path, records: list[dict], success: bool = True) -> 
     if success:
         (out / "_SUCCESS").write_text("")
     return part
+
+
+def write_partitioned_batch_output(out: Path, records: list[dict]) -> list[Path]:
+    """Write rows as a finished Spark batch write partitioned by goal date does: one part file
+    per ``goal_date=`` directory, then ``_SUCCESS``. Returns the part files in path order."""
+    import pyarrow.parquet as pq
+
+    by_dir: dict = defaultdict(list)
+    for record in records:
+        by_dir[goal_date_dir(record)].append(record)
+    parts = []
+    for name in sorted(by_dir):
+        (out / name).mkdir(parents=True)
+        part = out / name / "part-00000-00000000-0000-0000-0000-000000000000.c000.snappy.parquet"
+        pq.write_table(output_table(by_dir[name]), part)
+        parts.append(part)
+    (out / "_SUCCESS").write_text("")
+    return parts
 # -- commands as a user runs them ------------------------------------------------------------------
 
 # What a Python or a Java stack trace prints; none of it may reach a user's terminal.

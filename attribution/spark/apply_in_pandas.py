@@ -17,7 +17,7 @@ import io
 import pickle
 import struct
 import warnings
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import fastavro
 import pandas as pd
@@ -91,7 +91,8 @@ def make_group_state_function(config: AttributionConfig) -> Callable:
             state.remove()
         else:
             state.update((state_text(core.to_bytes()),))
-            state.setTimeoutTimestamp(spark_timeout(core.next_wakeup(), config))
+            # One user per key: only the calls it gets tell it the watermark (see next_wakeup).
+            state.setTimeoutTimestamp(spark_timeout(core.next_wakeup(every_move=True), config))
         if rows:
             yield rows_to_frame(rows)
 
@@ -141,7 +142,7 @@ def _attribute_user(user_id, events: list, config: AttributionConfig) -> list:
 
 # -- many users per key ---------------------------------------------------------------------------
 BUCKET_COLUMN = "state_bucket"
-BUCKET_STATE_VERSION = 2
+BUCKET_STATE_VERSION = 3
 _BUCKET_SCHEMA_V1 = {
     "type": "record", "name": "UserBucketStateV1", "namespace": "streamjoin.attribution",
     "fields": [{"name": "users", "type": {"type": "map", "values": {
@@ -158,35 +159,42 @@ _BUCKET_SCHEMA_V1 = {
 # zstd: a bucket's state crosses between the JVM and Python and is written to the state store on
 # every micro-batch, and that traffic, not the attribution, bounded the job's throughput. Its
 # users' urls repeat, so it shrinks about 5x for a few milliseconds per megabyte.
+# Version 3: the pickle is ``(map, watermark)``, the watermark the bucket last advanced to
+# (``BucketScheduler.watermark``; None in a bucket read from an earlier version).
 _BUCKET_V1_READER = fastavro.parse_schema(_BUCKET_SCHEMA_V1)
 _CODEC = pa.Codec("zstd", compression_level=1)
 _SIZE = struct.Struct("<I")   # the uncompressed size, which zstd's decoder is given
 
 
-def encode_bucket(users: dict) -> bytes:
-    """A bucket's users (``user_id -> (wakeup, state, inbox)``) as one versioned, compressed
-    value."""
-    raw = pickle.dumps(users, protocol=5)
+def encode_bucket(users: dict, watermark: Optional[int] = None) -> bytes:
+    """A bucket's users (``user_id -> (wakeup, state, inbox)``) and the watermark it last
+    advanced to, as one versioned, compressed value."""
+    raw = pickle.dumps((users, watermark), protocol=5)
     return b"".join((bytes([BUCKET_STATE_VERSION]), _SIZE.pack(len(raw)),
                      _CODEC.compress(raw, asbytes=True)))
 
 
-def decode_bucket(blob: bytes) -> dict:
-    """The users of a bucket written by ``encode_bucket`` of this or an earlier version."""
+def decode_bucket(blob: bytes) -> tuple[dict, Optional[int]]:
+    """The users and watermark of a bucket written by ``encode_bucket`` of this or an earlier
+    version (earlier versions hold no watermark: None)."""
     version = blob[0] if blob else None
     if version == 1:
         users = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _BUCKET_V1_READER, None)["users"]
-        return {u: (e["wakeup"], e["state"], "") for u, e in users.items()}
-    if version != BUCKET_STATE_VERSION:
+        return {u: (e["wakeup"], e["state"], "") for u, e in users.items()}, None
+    if version not in (2, BUCKET_STATE_VERSION):
         raise ValueError(f"unknown bucket state version {blob[:1]!r}; this code reads versions "
                          f"up to {BUCKET_STATE_VERSION}")
     (size,) = _SIZE.unpack_from(blob, 1)
-    return loads_builtins(_CODEC.decompress(memoryview(blob)[1 + _SIZE.size:], size))
+    held = loads_builtins(_CODEC.decompress(memoryview(blob)[1 + _SIZE.size:], size))
+    if version == 2:
+        return held, None
+    users, watermark = held
+    return users, watermark
 
 
 def bucket_user_count(text: str) -> int:
     """How many users a bucket's stored state (its state column's text) holds."""
-    return len(decode_bucket(state_blob(text))) if text else 0
+    return len(decode_bucket(state_blob(text))[0]) if text else 0
 
 
 def make_bucket_state_function(config: AttributionConfig) -> Callable:
@@ -204,17 +212,20 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         watermark = on_time_watermark(state.getCurrentWatermarkMs(), config)
-        bucket = BucketScheduler(config, events_from_json_list,
-                                 decode_bucket(state_blob(state.get[0])) if state.exists else {})
+        users, last_watermark = (decode_bucket(state_blob(state.get[0])) if state.exists
+                                 else ({}, None))
+        bucket = BucketScheduler(config, events_from_json_list, users, last_watermark)
         users_before = len(bucket)
         for user_id, batch in packed_by_user(frames).items():
-            bucket.receive(user_id, batch.packed, batch.max_ts_ms, batch.min_goal_ms)
+            bucket.receive(user_id, batch.packed, batch.min_ts_ms, batch.max_ts_ms,
+                           batch.min_goal_ms)
         rows = bucket.advance(watermark)
-        if bucket.users:
-            state.update((state_text(encode_bucket(bucket.users)),))
-            state.setTimeoutTimestamp(spark_timeout(bucket.next_wakeup(), config))
-        else:
+        wakeup = bucket.next_wakeup()
+        if wakeup is None:
             state.remove()
+        else:  # with revisions, a bucket without users still keeps the watermark it saw
+            state.update((state_text(encode_bucket(bucket.users, bucket.watermark)),))
+            state.setTimeoutTimestamp(spark_timeout(wakeup, config))
         if rows:
             frame = rows_to_frame(rows)
             frame[STATE_USERS_CHANGE] = None

@@ -69,6 +69,7 @@ class PackedUserBatch:
 
     packed: str              # the events' JSON objects, comma-joined, in arrival order
     min_goal_ms: Optional[int]   # the earliest goal among them, or None
+    min_ts_ms: int
     max_ts_ms: int
 
 
@@ -76,6 +77,7 @@ def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]
     """Packed frames holding several users (``user_id``, ``PACKED_COLUMN``, ``ts_ms``,
     ``goal_ms``), grouped by user without parsing any JSON."""
     texts: dict[str, list[str]] = {}
+    min_ts: dict[str, int] = {}
     max_ts: dict[str, int] = {}
     min_goal: dict[str, int] = {}
     for frame in frames:
@@ -85,11 +87,13 @@ def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]
             held = texts.get(user_id)
             if held is None:
                 texts[user_id] = [text]
-                max_ts[user_id] = ts
+                min_ts[user_id] = max_ts[user_id] = ts
             else:
                 held.append(text)
                 if ts > max_ts[user_id]:
                     max_ts[user_id] = ts
+                elif ts < min_ts[user_id]:
+                    min_ts[user_id] = ts
         goals = frame["goal_ms"]
         has_goal = goals.notna().to_numpy()
         if has_goal.any():
@@ -97,7 +101,8 @@ def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]
                                      goals[has_goal].astype("int64").tolist()):
                 if goal < min_goal.get(user_id, goal + 1):
                     min_goal[user_id] = goal
-    return {user_id: PackedUserBatch(",".join(held), min_goal.get(user_id), max_ts[user_id])
+    return {user_id: PackedUserBatch(",".join(held), min_goal.get(user_id), min_ts[user_id],
+                                     max_ts[user_id])
             for user_id, held in texts.items()}
 
 

@@ -29,6 +29,8 @@ import pyarrow.parquet as pq
 
 from joins.durations import ms_to_datetime, ms_to_iso
 
+from .layout import DETECTED_DATE
+
 AUDITED_DIR = "_audited"
 _BATCH = re.compile(r"^(\d+)(\.compact)?$")
 LATE_SCHEMA = pa.schema([
@@ -165,7 +167,8 @@ def _write_batch(out: Path, batch_id: int, rows: list, checkpoint: Path, thresho
         {"raw_record": r.raw_record, "reason": reason, "watermark": watermark,
          "allowed_lateness_ms": allowed_lateness_ms, "source_file": r.source_file,
          "batch_id": batch_id, "detected_at": detected} for r in rows], schema=LATE_SCHEMA)
-    target = out / f"detected_date={detected.date().isoformat()}" / f"batch-{batch_id:08d}.parquet"
+    partition = f"{DETECTED_DATE[0]}={detected.date().isoformat()}"
+    target = out / partition / f"batch-{batch_id:08d}.parquet"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     pq.write_table(table, tmp)
@@ -174,7 +177,7 @@ def _write_batch(out: Path, batch_id: int, rows: list, checkpoint: Path, thresho
 
 def read_late_records(late_dir: str) -> pa.Table:
     """Every late record written so far (the files of audited micro-batches)."""
-    files = sorted(Path(late_dir).glob("detected_date=*/batch-*.parquet"))
+    files = sorted(Path(late_dir).glob(f"{DETECTED_DATE[0]}=*/batch-*.parquet"))
     if not files:
         return LATE_SCHEMA.empty_table()
     return pa.concat_tables(pq.read_table(f, schema=LATE_SCHEMA) for f in files)

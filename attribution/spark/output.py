@@ -8,13 +8,17 @@ do, returns duplicated rows or fails. The readers here trust the commit record i
 
 * a streaming output (``_spark_metadata/`` present): exactly the files its log lists, as Spark's
   own ``spark.read.parquet(dir)`` does;
-* a batch output (``df.write.parquet``): its part files, only once the ``_SUCCESS`` marker says
-  the write finished;
+* a batch output (``df.write.parquet``): its part files (under ``goal_date=...`` directories, or
+  at the top level in output written before partitions), only while the ``_SUCCESS`` marker
+  says the last write finished; files under hidden directories (``_temporary``,
+  ``.spark-staging-*``) are a write in progress, never output;
 * a single Parquet file (a generator's truth file): that file.
 
 Anything else is refused with ``NotAttributionOutput``. Output written before spec sections 7
 and 8 lacks their columns; the readers add them with the values a run without those features
-writes (``ABSENT_COLUMN_DEFAULTS``), so callers see one shape.
+writes (``ABSENT_COLUMN_DEFAULTS``), so callers see one shape. That shape ends with the partition
+column ``goal_date`` (``attribution.schema.PARTITION_FIELD``), the UTC date of ``goal_ts``,
+whatever the layout the rows were read from.
 """
 from __future__ import annotations
 
@@ -29,7 +33,13 @@ import pyarrow.parquet as pq
 
 from ..core import Attribution
 from ..events import ts_to_ms
-from ..schema import OUTPUT_FIELDS, OUTPUT_SCHEMA
+from ..schema import (
+    OUTPUT_FIELDS,
+    OUTPUT_SCHEMA,
+    PARTITION_COLUMN,
+    PARTITION_FIELD,
+    PARTITION_SOURCE,
+)
 from .types import arrow_schema, spark_struct
 
 if TYPE_CHECKING:
@@ -38,6 +48,9 @@ if TYPE_CHECKING:
 PathLike = Union[str, Path]
 SINK_LOG_DIR = "_spark_metadata"
 SUCCESS_MARKER = "_SUCCESS"
+# A backfill's record of the goal dates it is replacing, from its start until it has finished;
+# the job removes SUCCESS_MARKER meanwhile (``attribution.spark.backfill``).
+BACKFILL_MARKER = "_BACKFILL"
 SINK_LOG_VERSION = "v1"  # FileStreamSinkLog.VERSION; a log of another version is refused
 _LOG_BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")  # "7", "9.compact"; not ".7.crc" or temps
 
@@ -71,8 +84,9 @@ def committed_files(path: PathLike) -> list[Path]:
     """The Parquet files of a job's output directory that the job committed, in commit order.
 
     ``path`` is a streaming output (its ``_spark_metadata`` log decides, as for Spark) or a batch
-    output (its part files, once ``_SUCCESS`` exists). Raises ``NotAttributionOutput`` for a
-    missing path or a directory with neither.
+    output (its part files, in path order, once ``_SUCCESS`` exists; see the module docstring).
+    Raises ``NotAttributionOutput`` for a missing path or a directory with neither, naming an
+    unfinished backfill when there is one.
     """
     path = Path(path)
     if not path.exists():
@@ -82,8 +96,13 @@ def committed_files(path: PathLike) -> list[Path]:
     if (path / SINK_LOG_DIR).is_dir():
         return sink_log_files(path / SINK_LOG_DIR)
     if (path / SUCCESS_MARKER).is_file():
-        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".parquet"
-                      and not p.name.startswith((".", "_")))
+        return sorted(p for p in path.rglob("*.parquet") if p.is_file() and not any(
+            part.startswith((".", "_")) for part in p.relative_to(path).parts))
+    if (path / BACKFILL_MARKER).is_file():
+        raise NotAttributionOutput(
+            f"{path} is being backfilled, or a backfill of it stopped before it finished "
+            f"({BACKFILL_MARKER}: {(path / BACKFILL_MARKER).read_text().strip()}); its goal dates "
+            f"are being replaced and {SUCCESS_MARKER} is written again once they are")
     raise NotAttributionOutput(
         f"{path} holds no committed Spark output: neither a streaming file sink's "
         f"{SINK_LOG_DIR}/ log nor a batch write's {SUCCESS_MARKER} marker")
@@ -145,7 +164,8 @@ def read_output_table(path: PathLike) -> pa.Table:
     """The committed rows under ``path`` (see ``committed_files``, or one Parquet file) as Arrow.
 
     Columns are those of the files, plus ``ABSENT_COLUMN_DEFAULTS`` for output written without
-    them. Raises ``NotAttributionOutput`` when ``path`` is not attribution output.
+    them, then ``goal_date``, derived from ``goal_ts`` (the part files do not hold it). Raises
+    ``NotAttributionOutput`` when ``path`` is not attribution output.
     """
     path = Path(path)
     files = [path] if path.is_file() else committed_files(path)
@@ -172,7 +192,17 @@ def read_output_table(path: PathLike) -> pa.Table:
             index = table.column_names.index(field.name)
             table = table.set_column(index, field, table[field.name].cast(field.type)
                                      .fill_null(default))
-    return table
+    return _with_partition_column(table)
+
+
+def _with_partition_column(table: pa.Table) -> pa.Table:
+    """``table`` with ``goal_date`` last: the UTC date of ``goal_ts``. Arrow casts a timestamp to
+    the date of its own time zone, so the column is made UTC first."""
+    if PARTITION_COLUMN in table.column_names:
+        table = table.drop_columns([PARTITION_COLUMN])
+    (field,) = arrow_schema({"fields": [PARTITION_FIELD]})
+    utc = table[PARTITION_SOURCE].cast(pa.timestamp("us", tz="UTC"))
+    return table.append_column(field, utc.cast(field.type))
 
 
 def _read_parquet(file: Path) -> pa.Table:
@@ -186,7 +216,8 @@ def read_attributions(path: PathLike) -> "pd.DataFrame":
     """The committed rows of a job's output (or of one Parquet file) as a pandas DataFrame.
 
     Reads no uncommitted file and needs no Spark. Timestamps are UTC, 64-bit integer columns
-    nullable ``Int64`` (``impression_id`` is null on organic rows); rows are the changelog as written (``fold_changelog`` nets it).
+    nullable ``Int64`` (``impression_id`` is null on organic rows), ``goal_date`` (last) holds
+    ``datetime.date`` values; rows are the changelog as written (``fold_changelog`` nets it).
     ``path``: an output directory or a Parquet file. Raises ``NotAttributionOutput``.
     """
     import pandas as pd
@@ -196,13 +227,17 @@ def read_attributions(path: PathLike) -> "pd.DataFrame":
 
 def read_attributions_spark(spark, path: PathLike):
     """The committed rows of a job's output as a Spark DataFrame (``spark.read.parquet``, which
-    honours the file sink's log), with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks.
+    honours the file sink's log), with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and
+    ``goal_date`` (a date) last: Spark's partition column of partitioned output, so that a filter
+    on it reads only the dates asked for; derived from ``goal_ts`` for output written flat.
 
     ``spark``: the session; ``path``: the output directory (any Hadoop file system). A local
     path is checked first, so that a missing or foreign directory raises
     ``NotAttributionOutput`` rather than a Spark analysis error.
     """
     from pyspark.sql import functions as F
+
+    from .layout import utc_date
 
     if "://" not in str(path):
         committed_files(path)
@@ -217,7 +252,12 @@ def read_attributions_spark(spark, path: PathLike):
         if default is not None:
             column = F.coalesce(column, F.lit(default))
         frame = frame.withColumn(field.name, column.cast(field.dataType))
-    return frame
+    (field,) = spark_struct({"fields": [PARTITION_FIELD]}).fields
+    # Read from the directories, with the type Spark infers; derived for output written flat.
+    goal_date = (F.col(PARTITION_COLUMN).cast(field.dataType) if PARTITION_COLUMN in frame.columns
+                 else utc_date(F.col(PARTITION_SOURCE)))
+    return frame.select(*(c for c in frame.columns if c != PARTITION_COLUMN),
+                        goal_date.alias(PARTITION_COLUMN))
 
 
 def read_attribution_rows(path: PathLike) -> list[Attribution]:

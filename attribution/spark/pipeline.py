@@ -85,20 +85,26 @@ def _packed_input(events: DataFrame) -> DataFrame:
 
 def output_metrics(models: Sequence[str]) -> list[Column]:
     """Aggregates of output rows, per model ``m``: ``goals_m``, the goals it gave rows for, and
-    ``attributed_m``, those credited to impressions.
+    ``attributed_m``, those credited to impressions; and ``revisions`` (rows of a revision
+    ``>= 1``, ``sign = +1``) and ``retractions`` (rows of ``sign = -1``) over every model.
 
     A model gives a goal one row per credited impression, so rows are not goals. But an
     attributed goal's credits sum to 1 (within 1e-9) and an organic goal has one row of credit
     0: the sum of a model's credits, rounded, is its attributed goals, and its organic rows the
-    rest. (Observed metrics allow no distinct count.) Marker rows (no model) count nowhere.
+    rest. (Observed metrics allow no distinct count.) Each row counts with its ``sign``, so a
+    changelog's counts are those of its net table: a retraction takes back what its row added.
+    Marker rows (no model, ``sign`` 0) count nowhere.
     """
+    sign = F.col("sign")
     metrics = []
     for m in models:
         mine = F.col("model") == F.lit(m)
-        attributed = F.round(F.coalesce(F.sum(F.when(mine, F.col("credit"))), F.lit(0.0)))
-        organic = F.count(F.when(mine & F.col("impression_id").isNull(), 1))
-        metrics += [(attributed.cast("long") + organic).alias(metric_name("goals", m)),
+        attributed = F.round(F.coalesce(F.sum(F.when(mine, F.col("credit") * sign)), F.lit(0.0)))
+        organic = F.coalesce(F.sum(F.when(mine & F.col("impression_id").isNull(), sign)), F.lit(0))
+        metrics += [(attributed.cast("long") + organic.cast("long")).alias(metric_name("goals", m)),
                     attributed.cast("long").alias(metric_name("attributed", m))]
+    metrics += [F.count(F.when((sign > 0) & (F.col("revision") > 0), 1)).alias("revisions"),
+                F.count(F.when(sign < 0, 1)).alias("retractions")]
     return metrics
 
 

@@ -12,7 +12,9 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
   entry (e.g. with Spark's state data source):
 
   * ``visits``: list state, one entry per stored visit (goals included);
-  * ``impressions``: list state, one entry per canonical impression;
+  * ``impressions``: list state, one entry per impression held: the canonical ones and the
+    click-spam members that lost to them (rule 3), which ``UserAttribution.restore`` sorts out
+    again, so that a copy of a member is judged by rule 1;
   * ``spent``: list state of event ids whose one-shot fact has happened: a goal that was
     attributed, or an impression that ``last_touch`` consumed;
   * ``consumed``: list state of ``(event id, models)``: an impression and the consumption bits
@@ -21,13 +23,15 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
     none, so its state is the same as before other models existed;
   * ``campaigns``: list state of ``(event id, campaign)`` for impressions that have one;
   * ``goal_values``: list state of ``(event id, value)`` for goals that have one;
-  * ``superseded``: list state of the event ids of click-spam members that lost to their
-    logical impression's canonical one, with its dedup bucket (rule 1 drops later reuses);
+  * ``superseded``: list state of ``(event id, dedup bucket)`` of click-spam members kept by
+    an earlier layout, which stored their ids alone: such an id keeps the copy it has; never
+    appended to, it empties as garbage collection drops the buckets;
   * ``wakeup``: value state holding the min pending goal (the min-goal timer) and the registered
     timer, so the timer can be replaced without listing timers.
 
   Entries are immutable facts, so a micro-batch touches state with at most one ``appendList``
-  per list; only garbage collection, which removes entries, rewrites a list with one ``put``.
+  per list; only garbage collection, or a copy that replaces a larger one (rule 1), removes
+  entries, and then the lists are rewritten with one ``put`` each.
   Spark's row count sums the entries of all five, so a call that adds or removes its user says
   so in a marker row (``frames.STATE_USERS_CHANGE``, one more output column).
 
@@ -69,16 +73,17 @@ WAKEUP_STATE = "min_goal long, timer long"
 
 
 class _Loaded:
-    """What was in state before this call, to write back only the difference."""
+    """The entries in state before this call, to write back only the difference."""
 
-    __slots__ = ("visit_ids", "impression_ids", "impression_entries", "spent", "consumed",
+    __slots__ = ("visits", "impressions", "campaigns", "goal_values", "spent", "consumed",
                  "superseded")
 
-    def __init__(self, visit_ids: set, impression_ids: set, impression_entries: int, spent: set,
-                 consumed: dict, superseded: set):
-        self.visit_ids = visit_ids
-        self.impression_ids = impression_ids
-        self.impression_entries = impression_entries
+    def __init__(self, visits: set, impressions: set, campaigns: set, goal_values: set,
+                 spent: set, consumed: dict, superseded: set):
+        self.visits = visits
+        self.impressions = impressions
+        self.campaigns = campaigns
+        self.goal_values = goal_values
         self.spent = spent
         self.consumed = consumed
         self.superseded = superseded
@@ -133,20 +138,23 @@ class AttributionProcessor(StatefulProcessor):
         consumed: dict = {}
         for event_id, models in self.consumed.get():
             consumed[event_id] = consumed.get(event_id, 0) | models
-        campaigns = dict(self.campaigns.get())
-        values = dict(self.goal_values.get())
+        campaign_entries = [tuple(r) for r in self.campaigns.get()]
+        value_entries = [tuple(r) for r in self.goal_values.get()]
+        visit_entries = [tuple(r) for r in self.visits.get()]
+        impression_entries = [tuple(r) for r in self.impressions.get()]
+        superseded = [tuple(r) for r in self.superseded.get()]
+        campaigns, values = dict(campaign_entries), dict(value_entries)
         visits = [Visit(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[4]) and r[0] not in spent,
                         values.get(r[0]))
-                  for r in self.visits.get()]
+                  for r in visit_entries]
         impressions = [Impression(r[0], r[1], r[2], r[3], r[4],
                                   (LAST_TOUCH if r[0] in spent else 0) | consumed.get(r[0], 0),
                                   campaigns.get(r[0]))
-                       for r in self.impressions.get()]
-        superseded = {r[0]: r[1] for r in self.superseded.get()}
-        loaded = _Loaded({v.event_id for v in visits}, {i.event_id for i in impressions},
-                         len(impressions), spent, consumed, set(superseded))
+                       for r in impression_entries]
+        loaded = _Loaded(set(visit_entries), set(impression_entries), set(campaign_entries),
+                         set(value_entries), spent, consumed, set(superseded))
         core = UserAttribution.restore(user_id, visits, impressions, config=self.config,
-                                       superseded=superseded)
+                                       superseded=dict(superseded))
         return core, loaded
 
     def _advance(self, core: UserAttribution, loaded: _Loaded, watermark: int) -> Iterator:
@@ -157,46 +165,43 @@ class AttributionProcessor(StatefulProcessor):
             self._store(core, loaded)
             self._set_timer(core.next_timer(), spark_timer(core.next_wakeup(), self.config))
         out = [row_to_spark(r, users_change_column=True) for r in rows]
-        held_before = bool(loaded.visit_ids or loaded.impression_ids)
+        held_before = bool(loaded.visits or loaded.impressions)
         if held_before == core.is_empty:  # the user arrived in state, or left it
             out.append(users_change_row(-1 if held_before else 1))
         return iter(out)
 
     def _store(self, core: UserAttribution, loaded: _Loaded) -> None:
+        held = [*core.impressions.values(),
+                *(m for m in core.superseded.values() if isinstance(m, Impression))]
         spent = {g.event_id for g in core.visits.values() if g.is_goal and not g.pending}
         spent.update(i.event_id for i in core.impressions.values() if i.consumed & LAST_TOUCH)
         # The other models' consumption, as it stands (see ``consumed`` in the module docstring).
         consumed = {i.event_id: i.consumed for i in core.impressions.values()
                     if i.consumed & ~LAST_TOUCH}
-        shrunk = (not loaded.visit_ids <= core.visits.keys()
-                  or len(core.impressions) < loaded.impression_entries
-                  or not loaded.impression_ids <= {i.event_id for i in core.impressions.values()}
-                  or not loaded.superseded <= core.superseded.keys())
-        if shrunk:  # GC dropped entries (or a superseded impression): rewrite, one put per list
-            self.visits.put([_visit_entry(v) for v in core.visits.values()])
-            self._put_or_clear(self.impressions, [_impression_entry(i)
-                                                  for i in core.impressions.values()])
+        # Per list: its state, its entries now, and those it held before this call.
+        lists = [
+            (self.visits, [_visit_entry(v) for v in core.visits.values()], loaded.visits),
+            (self.impressions, [_impression_entry(i) for i in held], loaded.impressions),
+            (self.campaigns, _campaign_entries(held), loaded.campaigns),
+            (self.goal_values, _goal_value_entries(core.visits.values()), loaded.goal_values),
+            (self.superseded, [(k, b) for k, b in core.superseded.items() if isinstance(b, int)],
+             loaded.superseded),
+        ]
+        if any(not before <= set(now) for _, now, before in lists):
+            # An entry left (garbage collection, or a copy replaced by a smaller one, rule 1):
+            # every list is rewritten, one put each.
+            for state, now, _ in lists:
+                self._put_or_clear(state, now)
             self._put_or_clear(self.spent, [(s,) for s in spent])
             self._put_or_clear(self.consumed, list(consumed.items()))
-            self._put_or_clear(self.campaigns, _campaign_entries(core.impressions.values()))
-            self._put_or_clear(self.goal_values, _goal_value_entries(core.visits.values()))
-            self._put_or_clear(self.superseded, list(core.superseded.items()))
             return
-        new_visits = [v for k, v in core.visits.items() if k not in loaded.visit_ids]
-        new_impressions = [i for i in core.impressions.values()
-                           if i.event_id not in loaded.impression_ids]
-        new_spent = [(s,) for s in spent - loaded.spent]
-        new_consumed = [(k, bits) for k, bits in consumed.items()
-                        if bits & ~loaded.consumed.get(k, 0)]
-        new_superseded = [(k, b) for k, b in core.superseded.items() if k not in loaded.superseded]
-        for state, entries in ((self.visits, [_visit_entry(v) for v in new_visits]),
-                               (self.impressions, [_impression_entry(i) for i in new_impressions]),
-                               (self.spent, new_spent), (self.consumed, new_consumed),
-                               (self.campaigns, _campaign_entries(new_impressions)),
-                               (self.goal_values, _goal_value_entries(new_visits)),
-                               (self.superseded, new_superseded)):
-            if entries:
-                state.appendList(entries)
+        lists += [(self.spent, [(s,) for s in spent], {(s,) for s in loaded.spent}),
+                  (self.consumed, [(k, bits) for k, bits in consumed.items()
+                                   if bits & ~loaded.consumed.get(k, 0)], set())]
+        for state, now, before in lists:
+            new = [e for e in now if e not in before]
+            if new:
+                state.appendList(new)
 
     @staticmethod
     def _put_or_clear(state, entries: list) -> None:
@@ -285,7 +290,8 @@ class CompactAttributionProcessor(StatefulProcessor):
                 self.handle.deleteTimer(timer)
             self.user.clear()
         else:
-            wakeup = spark_timer(core.next_wakeup(), self.config)
+            # One user per key: only the calls it gets tell it the watermark (see next_wakeup).
+            wakeup = spark_timer(core.next_wakeup(every_move=True), self.config)
             if wakeup != timer:
                 if timer is not None:
                     self.handle.deleteTimer(timer)

@@ -6,7 +6,6 @@ output records, through ``field_kinds``.
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import types as T
 
 from ..schema import field_kinds, type_kind, unwrap_nullable
 
@@ -14,9 +13,13 @@ from ..schema import field_kinds, type_kind, unwrap_nullable
 def spark_struct(schema: dict):
     """Derive the Spark ``StructType`` of an Avro record schema (all fields nullable in Spark
     file sources anyway; non-null Avro fields are marked non-nullable for output contracts)."""
+    # Imported here: the Arrow schema below serves programs that never start Spark (the
+    # generator, the file readers), which should not pay for importing pyspark.
+    from pyspark.sql import types as T
+
     scalar = {"string": T.StringType(), "enum": T.StringType(), "boolean": T.BooleanType(),
               "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
-              "timestamp": T.TimestampType()}
+              "timestamp": T.TimestampType(), "date": T.DateType()}
     fields = []
     for f in schema["fields"]:
         t, nullable = unwrap_nullable(f["type"])
@@ -37,7 +40,7 @@ def spark_ddl(schema: dict) -> str:
 
 _PANDAS_DTYPES = {"string": "object", "enum": "object", "boolean": "boolean", "int": "Int32",
                   "long": "Int64", "double": "float64", "timestamp": "datetime64[ns, UTC]",
-                  "array": "object"}
+                  "date": "object", "array": "object"}
 
 
 def pandas_dtypes(schema: dict) -> dict[str, str]:
@@ -54,7 +57,8 @@ def pandas_dtypes(schema: dict) -> dict[str, str]:
 def arrow_schema(schema: dict):
     """Derive the pyarrow schema; timestamps are microsecond UTC, as Spark reads Parquet best."""
     scalar = {"string": pa.string(), "enum": pa.string(), "boolean": pa.bool_(), "int": pa.int32(),
-              "long": pa.int64(), "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC")}
+              "long": pa.int64(), "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC"),
+              "date": pa.date32()}
     fields = []
     for f in schema["fields"]:
         t, nullable = unwrap_nullable(f["type"])

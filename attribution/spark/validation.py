@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from ..config import MAX_STRING_LENGTH, parse_duration_ms
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
+from .layout import DETECTED_DATE, by_date
 from .pipeline import apply_trigger
 from .readers import FILE_GLOBS, FORMATS, event_struct, read_event_batch, read_event_stream
 from .types import spark_struct
@@ -434,13 +435,15 @@ def dead_letters(classified: DataFrame) -> DataFrame:
 
 
 def start_dead_letter_stream(classified: DataFrame, path: str, checkpoint: str, trigger: str,
-                             query_name: str = "dead_letter"):
+                             query_name: str = "dead_letter", by_detected_date: bool = False):
     """Write ``dead_letters(classified)`` with Spark's file sink as a second streaming query.
 
     It reads the input itself, under its own checkpoint, so it is exactly-once like the main
-    output; it may run ahead of or behind the main query by a few micro-batches.
+    output; it may run ahead of or behind the main query by a few micro-batches. With
+    ``by_detected_date`` the files go under ``detected_date=YYYY-MM-DD`` (``layout``).
     """
-    writer = (dead_letters(classified).writeStream.format("parquet").outputMode("append")
+    rows, columns = by_date(dead_letters(classified), DETECTED_DATE, by_detected_date)
+    writer = (rows.writeStream.format("parquet").outputMode("append").partitionBy(*columns)
               .option("path", path).option("checkpointLocation", checkpoint)
               .queryName(query_name))
     return apply_trigger(writer, trigger).start()

@@ -6,6 +6,7 @@
     python -m benchmarks.streaming --state-growth      # long horizon: state with and without GC
     python -m benchmarks.streaming --join              # the click-through join, every strategy
     python -m benchmarks.streaming --models all        # every attribution model in each run
+    python -m benchmarks.streaming --allowed-lateness '0,1 hour'  # each stream run at both
     make bench-sustainable                             # highest rate each query keeps up with
     python -m benchmarks.streaming --cost-model        # seconds per micro-batch: events, state
 

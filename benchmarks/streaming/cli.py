@@ -107,10 +107,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "micro-batch = a + b x events + c x MB of state, check that 4x the "
                              "micro-batches cost at most 4.5x the time, print a sizing table "
                              "(see benchmarks/streaming/cost_model.py)")
-    parser.add_argument("--cost-batch-events", default=DEFAULT_BATCH_SIZES, metavar="LIST",
+    parser.add_argument("--cost-batch-events", default=None, metavar="LIST",
                         help="events per micro-batch of the cost model's runs, comma-separated, "
-                             "at least two sizes (default: %(default)s)")
-    parser.add_argument("--cost-batches", type=int, default=12, metavar="N",
+                             "at least two sizes, for every layout (default: per layout, "
+                             + "; ".join(f"{layout} {','.join(map(str, sizes))}"
+                                         for layout, sizes in DEFAULT_BATCH_SIZES.items())
+                             + ")")
+    parser.add_argument("--cost-batches", type=int, default=16, metavar="N",
                         help="micro-batches per cost-model run, a multiple of 4, at least 8 "
                              "(default: %(default)s)")
     parser.add_argument("--cost-layouts", default=",".join(JOB_LAYOUTS), metavar="LIST",
@@ -125,15 +128,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="skip the main table; run only --state-growth, --join, --levers, "
                              "--sustainable and/or --cost-model")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
-                        help=f"skip the untimed warm-up run of every Spark kind on "
+                        help=f"skip the untimed warm-up runs: every Spark kind on "
                              f"{WARMUP_EVENTS:,} events (at most --events) before the measured "
-                             "runs")
+                             "runs, and the cost model's first run of each layout")
     parser.add_argument("--no-state-encoding", dest="state_encoding", action="store_false",
                         help="skip measuring state bytes per retained event with the core")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default: %(default)s)")
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), metavar="LIST",
                         help="attribution models of every run, comma-separated, or 'all' "
                              "(default: %(default)s)")
+    parser.add_argument("--allowed-lateness", default="0", metavar="LIST",
+                        help="the job's --allowed-lateness in the streaming runs of the main "
+                             "table and the state-growth mode; several durations, "
+                             "comma-separated, run each backend once per value, interleaved, "
+                             "e.g. '0,1 hour' (default: %(default)s)")
     parser.add_argument("--master", default=None,
                         help="Spark master under plain python (default: local[*])")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
@@ -158,6 +166,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.models = parse_models(args.models)
     except ValueError as err:
         parser.error(f"--models: {err}")
+    try:
+        args.allowed_lateness = list(dict.fromkeys(
+            parse_duration_ms(text.strip(), "--allowed-lateness")
+            for text in args.allowed_lateness.split(",")))
+    except ValueError as err:
+        parser.error(str(err))
     args.kinds = [k.strip() for k in args.runs.split(",") if k.strip()]
     unknown = [k for k in args.kinds if k not in RUN_KINDS]
     if unknown:
@@ -189,10 +203,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _check_cost_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Parse and check the --cost-* options; a bad one is a usage error."""
-    try:
-        args.cost_batch_events = parse_batch_sizes(args.cost_batch_events)
-    except ValueError as err:
-        parser.error(str(err))
+    if args.cost_batch_events is not None:
+        try:
+            args.cost_batch_events = parse_batch_sizes(args.cost_batch_events)
+        except ValueError as err:
+            parser.error(str(err))
     args.cost_layouts = [k.strip() for k in args.cost_layouts.split(",") if k.strip()]
     unknown = [k for k in args.cost_layouts if k not in JOB_LAYOUTS]
     if unknown or not args.cost_layouts:

@@ -2,20 +2,24 @@
 the state it keeps, fitted per state layout; the state-scaling check; a sizing table.
 
     python -m benchmarks.streaming --cost-model
-    python -m benchmarks.streaming --cost-model --cost-repeats 3 --cost-batch-events 5000,20000
+    python -m benchmarks.streaming --cost-model --cost-layouts job --cost-repeats 3
 
-Runs. For each size E of ``--cost-batch-events`` (events per micro-batch), one dataset from the
-project's generator with its defaults (users arriving over 60 days, the job's 90-day lookback),
-except that no user comes back after a gap longer than the lookback, so no state is collected
-during a run: ``--cost-batches`` files of about E events each, and the heartbeat. Each layout of
-``--cost-layouts`` (the job with its default bucketed state, with per-user keys, with
-transformWithState) runs the attribution job over it as its command line would, with
+Runs. Each layout of ``--cost-layouts`` (the job with its default bucketed state, with per-user
+keys, with transformWithState) runs at each of its sizes E, events per micro-batch:
+``--cost-batch-events`` if given, else its own (``DEFAULT_BATCH_SIZES``). For each size, one
+dataset from the project's generator with its defaults (users arriving over 60 days, the job's
+90-day lookback), except that no user comes back after a gap longer than the lookback, so no
+state is collected during a run: ``--cost-batches`` files of about E events each, and the
+heartbeat. Each layout runs the attribution job over it as its command line would, with
 ``available-now`` and one file per micro-batch, ``--cost-repeats`` times, the layouts
-interleaved. Within a run the events per micro-batch stay at E while the state grows with every
-micro-batch; across sizes E changes, and with it how fast the state grows.
+interleaved; before its first measured run, once untimed (unless ``--no-warmup``). Within a run the events per
+micro-batch stay at E while the state grows with every micro-batch; across sizes E changes, and
+with it how fast the state grows.
 
 Points. One per micro-batch over a data file, except the first (the query's start: planning,
-state stores created, the job's dead-letter query running beside it):
+state stores created) and any that overlapped a micro-batch of the job's dead-letter query in
+some run (with ``available-now`` it reads every file in one micro-batch at the start, beside the
+main query's first micro-batches):
 
 * events: the micro-batch's ``numInputRows``;
 * seconds: its wall time, ``triggerExecution``; CPU seconds: the CPU time the Spark JVM, its
@@ -35,9 +39,9 @@ points, once for the wall time and once for the CPU time, with each coefficient'
 and each point's residual.
 
 State-scaling check (the default layout, at each size): with n = a quarter of the
-micro-batches, the time of 4n micro-batches against n is 4 x the mean time of micro-batches
-2..4n over the mean of micro-batches 2..n (the first, the start-up, left out of both); the
-events read, and so about the state retained, grow 4x. It passes when the wall-time ratio is at
+micro-batches, the time of 4n micro-batches against n is 4 x the mean time of the points among
+micro-batches 2..4n over the mean of the points among micro-batches 2..n (the micro-batches left
+out above are left out of both); the events read, and so about the state retained, grow 4x. It passes when the wall-time ratio is at
 most ``SCALING_LIMIT``; the CPU-time ratio is printed beside it.
 
 Sizing table. For an input rate R and a state of S GB, with a trigger interval T
@@ -61,7 +65,15 @@ from .runs import Bench
 
 MB = 1_000_000
 SCALING_LIMIT = 4.5
-DEFAULT_BATCH_SIZES = "2500,5000,10000"
+# Events per micro-batch of each layout's runs unless ``--cost-batch-events`` is given: per
+# layout, large enough for the per-event and per-MB costs to show above the fixed cost of a
+# micro-batch, small enough for minutes of runs on 2 cores (per-user keys cost several times
+# more per event than buckets).
+DEFAULT_BATCH_SIZES = {
+    "job": (20_000, 40_000, 80_000),
+    "job-per-user": (2_000, 4_000, 8_000),
+    "job-tws": (5_000, 10_000, 20_000),
+}
 # The sizing table's input rates (events/s) and state sizes (GB).
 SIZING_RATES = (1_000, 5_000, 20_000, 50_000)
 SIZING_STATE_GB = (0.1, 1, 10, 100)
@@ -75,7 +87,7 @@ def parse_batch_sizes(text: str) -> list[int]:
     for item in (i.strip() for i in text.split(",")):
         if not item.isdigit() or int(item) < 1:
             raise ValueError(f"--cost-batch-events: bad size {item!r}; give whole numbers of "
-                             "events per micro-batch, at least 1, e.g. 2500,5000,10000")
+                             "events per micro-batch, at least 1, e.g. 5000,10000,20000")
         sizes.add(int(item))
     if len(sizes) < 2:
         raise ValueError(f"--cost-batch-events: {text!r} has one size; give at least two (the "
@@ -103,8 +115,9 @@ def _median(values: list) -> Optional[float]:
 
 def run_points(runs: list[list[dict]], batches: int) -> tuple[list[dict], float]:
     """The points of one layout at one size from its repeated ``runs`` (each the micro-batches
-    of one run), over the first ``batches`` micro-batches (the data files), the first one left
-    out; and the state bytes per event read (see the module docstring)."""
+    of one run), over the first ``batches`` micro-batches (the data files), leaving out the
+    first and any that overlapped a micro-batch of another query in some run; and the state
+    bytes per event read (see the module docstring)."""
     for micro in runs:
         if len(micro) < batches:
             raise RuntimeError(f"a run had {len(micro)} micro-batches, fewer than the "
@@ -116,7 +129,7 @@ def run_points(runs: list[list[dict]], batches: int) -> tuple[list[dict], float]
     points, read = [], 0
     for i, b in enumerate(median):
         read += b["input_rows"]
-        if i:
+        if i and not any(run[i].get("overlapped") for run in runs):
             points.append({"batch": i + 1, "events": b["input_rows"], "seconds": b["seconds"],
                            "cpu_seconds": b["cpu_seconds"], "events_read": read,
                            "state_mb": per_event * read / MB, "sst_mb": b["sst_bytes"] / MB,
@@ -169,12 +182,16 @@ def describe(model: dict, unit: str) -> str:
 
 
 # -- the check and the table ----------------------------------------------------------------------
-def scaling_check(points: list[dict]) -> dict:
-    """The state-scaling check over the points of one size (micro-batches 2..4n): 4 x the mean
-    time of all of them over the mean of the first n - 1 (see the module docstring), in wall
-    time (the verdict) and in CPU time."""
-    n = (len(points) + 1) // 4
-    first, every = points[:n - 1], points[:4 * n - 1]
+def scaling_check(points: list[dict], batches: int) -> Optional[dict]:
+    """The state-scaling check over the points of one size, from runs of ``batches``
+    micro-batches (n = batches / 4): 4 x the mean time of the points among micro-batches 2..4n
+    over the mean of those among 2..n (see the module docstring), in wall time (the verdict)
+    and in CPU time; None when no point is left among 2..n."""
+    n = batches // 4
+    first = [p for p in points if p["batch"] <= n]
+    every = [p for p in points if p["batch"] <= 4 * n]
+    if not first:
+        return None
 
     def ratio(key: str) -> Optional[float]:
         if any(p[key] is None for p in every):
@@ -183,8 +200,10 @@ def scaling_check(points: list[dict]) -> dict:
             p[key] for p in first)
 
     wall = ratio("seconds")
+    # The events read (and the state) by the last micro-batch of either window.
     return {"events_per_batch": points[0]["events"], "n": n, "ratio": wall,
             "cpu_ratio": ratio("cpu_seconds"), "within": wall <= SCALING_LIMIT,
+            "first_batches": [p["batch"] for p in first],
             "events_read_ratio": every[-1]["events_read"] / first[-1]["events_read"],
             "sst_ratio": (every[-1]["sst_mb"] / first[-1]["sst_mb"]
                           if first[-1]["sst_mb"] else None),
@@ -221,23 +240,35 @@ def _points_table(points: list[dict]) -> str:
 
 # -- the mode -------------------------------------------------------------------------------------
 def cost_model_mode(bench: Bench, args) -> dict:
-    """Run every layout of ``args.cost_layouts`` at every size of ``args.cost_batch_events``;
-    print the fits with their points, the state-scaling check and the sizing tables; return
-    them all."""
-    sizes, layouts, batches = args.cost_batch_events, args.cost_layouts, args.cost_batches
+    """Run every layout of ``args.cost_layouts`` at each of its sizes (``args.cost_batch_events``
+    if given, else ``DEFAULT_BATCH_SIZES``); print the fits with their points, the
+    state-scaling check and the sizing tables; return them all."""
+    layouts, batches = args.cost_layouts, args.cost_batches
     repeats, trigger_s = args.cost_repeats, args.cost_trigger_ms / 1000
+    plan = {layout: list(args.cost_batch_events or DEFAULT_BATCH_SIZES[layout])
+            for layout in layouts}
     cores = bench.spark.sparkContext.defaultParallelism
-    print(f"\n== cost model: {batches} micro-batches of about "
-          f"{', '.join(f'{s:,}' for s in sizes)} events, {repeats} run(s) per layout and size "
-          f"(seconds: medians over the runs), on {cores} cores ==", flush=True)
-    micro: dict = {(layout, size): [] for layout in layouts for size in sizes}
-    runs = []
-    for size in sizes:
+    print(f"\n== cost model: {batches} micro-batches per run, {repeats} run(s) per layout and "
+          f"size (times: medians over the runs), on {cores} cores; events per micro-batch: "
+          + "; ".join(f"{JOB_LAYOUT_LABELS[layout]} {', '.join(f'{s:,}' for s in sizes)}"
+                      for layout, sizes in plan.items()) + " ==", flush=True)
+    micro: dict = {(layout, size): [] for layout, sizes in plan.items() for size in sizes}
+    runs, warmed = [], set()
+    for size in sorted({size for sizes in plan.values() for size in sizes}):
         label = f"cost-{size}"
         dataset = make_dataset(bench.work / "data" / label, size * batches, batches, args.seed,
                                label, dormant_gap_prob=0.0)
         bench.run(CORE, dataset, 0)  # the answer every run is checked against
-        for repeat, layout in interleaved(list(layouts), repeats):
+        here = [layout for layout in layouts if size in plan[layout]]
+        for layout in here:
+            if args.warmup and layout not in warmed:
+                # Untimed: a layout's first tens of micro-batches in a JVM pay for JIT
+                # compilation and for its Python workers' imports.
+                log(f"[cost model] {JOB_LAYOUT_LABELS[layout]}: untimed warm-up run ...")
+                backend, options = JOB_LAYOUTS[layout]
+                bench.run(backend, dataset, 0, options=options)
+                warmed.add(layout)
+        for repeat, layout in interleaved(here, repeats):
             backend, options = JOB_LAYOUTS[layout]
             log(f"[cost model] {JOB_LAYOUT_LABELS[layout]}, {size:,} events per micro-batch, "
                 f"run {repeat + 1} ...")
@@ -247,11 +278,11 @@ def cost_model_mode(bench: Bench, args) -> dict:
             runs.append({"layout": layout, "events_per_batch": size, **result.as_dict()})
         shutil.rmtree(dataset.root, ignore_errors=True)
 
-    out: dict = {"cores": cores, "trigger_s": trigger_s, "batches": batches, "sizes": sizes,
-                 "repeats": repeats, "layouts": {}, "runs": runs}
+    out: dict = {"cores": cores, "trigger_s": trigger_s, "batches": batches, "repeats": repeats,
+                 "sizes": plan, "layouts": {}, "runs": runs}
     for layout in layouts:
         points, per_event = [], []
-        for size in sizes:
+        for size in plan[layout]:
             size_points, bytes_per_event = run_points(micro[(layout, size)], batches)
             points += [{"size": size, **p} for p in size_points]
             per_event.append(bytes_per_event)
@@ -267,7 +298,7 @@ def cost_model_mode(bench: Bench, args) -> dict:
         print(_points_table(points))
 
     if DEFAULT_LAYOUT in layouts:
-        _print_scaling(out, sizes)
+        _print_scaling(out, plan[DEFAULT_LAYOUT], batches)
 
     print(f"\n-- sizing: a micro-batch every {trigger_s:g} s; per cell, its core-seconds (the "
           "CPU fit above) and the cores that keep up (core-seconds over the trigger interval, "
@@ -279,22 +310,34 @@ def cost_model_mode(bench: Bench, args) -> dict:
     return out
 
 
-def _print_scaling(out: dict, sizes: list[int]) -> None:
-    """The state-scaling check of the default layout at each of ``sizes``, printed and added to
-    ``out``."""
+def _print_scaling(out: dict, sizes: list[int], batches: int) -> None:
+    """The state-scaling check of the default layout at each of ``sizes``, from runs of
+    ``batches`` micro-batches, printed and added to ``out``."""
     points = out["layouts"][DEFAULT_LAYOUT]["points"]
-    checks = [scaling_check([p for p in points if p["size"] == size]) for size in sizes]
-    out["scaling"] = {"limit": SCALING_LIMIT, "checks": checks,
-                      "within": all(c["within"] for c in checks)}
+    checks = [scaling_check([p for p in points if p["size"] == size], batches)
+              for size in sizes]
+    done = [c for c in checks if c is not None]
+    out["scaling"] = {"limit": SCALING_LIMIT, "checks": done,
+                      # None: nothing to judge (no size had a measured first quarter).
+                      "within": all(c["within"] for c in done) if done else None}
     print(f"\n-- state scaling, {JOB_LAYOUT_LABELS[DEFAULT_LAYOUT]}: 4x the micro-batches at "
           f"the same events per micro-batch, at most {SCALING_LIMIT}x the time --")
-    for c in checks:
+    for size, c in zip(sizes, checks):
+        if c is None:
+            print(f"{size:,} events per micro-batch: no micro-batch among the first quarter "
+                  "was measured (each overlapped the start-up or another query)")
+            continue
         print(f"{c['events_per_batch']:,} events per micro-batch: {4 * c['n']} micro-batches "
               f"against {c['n']}: {c['ratio']:.2f}x the time "
               f"({'within' if c['within'] else 'NOT within'} {SCALING_LIMIT}x), "
-              f"{fmt_number(c['cpu_ratio'], '.2f')}x the CPU time; events read "
+              f"{fmt_number(c['cpu_ratio'], '.2f')}x the CPU time (first quarter measured by "
+              f"micro-batch(es) {', '.join(map(str, c['first_batches']))}); events read "
               f"{c['events_read_ratio']:.2f}x, state store on disk "
               f"{fmt_number(c['sst_ratio'], '.2f')}x, state rows "
               f"{fmt_number(c['rows_ratio'], '.2f')}x")
-    print(f"state scaling: {'within' if out['scaling']['within'] else 'NOT within'} "
-          f"{SCALING_LIMIT}x at every size")
+    within = out["scaling"]["within"]
+    if within is None:
+        print("state scaling: not measured (rerun with more micro-batches, --cost-batches)")
+    else:
+        print(f"state scaling: {'within' if within else 'NOT within'} {SCALING_LIMIT}x at "
+              "every size")

@@ -84,6 +84,13 @@ class ProgressRecorder:
             runs = {run for run, n in self._started.items() if n == name}
             return [p for p in self._progress if p["runId"] in runs]
 
+    def others(self, name: str) -> list[dict]:
+        """The progress recorded since ``start_window`` of the queries not named ``name`` (e.g.
+        the job's dead-letter query beside its main one); call after ``wait_for``."""
+        with self._cond:
+            runs = {run for run, n in self._started.items() if n != name}
+            return [p for p in self._progress if p["runId"] in runs]
+
 
 def batches_with_data(progress: list[dict]) -> list[dict]:
     """Micro-batches that ran (idle triggers report progress too, without ``addBatch``)."""
@@ -114,20 +121,29 @@ def epoch_s(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None) -> list[dict]:
+def _span(p: dict) -> tuple[float, float]:
+    """(start, end) in epoch seconds of the micro-batch whose progress is ``p``."""
+    start = epoch_s(p["timestamp"])
+    return start, start + p["durationMs"]["triggerExecution"] / 1000
+
+
+def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None,
+                        others: list[dict] = ()) -> list[dict]:
     """Per micro-batch of ``batches`` (the progress of micro-batches that ran, in order): its
     input rows, its wall time (``triggerExecution``, seconds), the CPU seconds the sampled
     processes used meanwhile (from ``cpu_timeline``, ``MemoryPeaks.cpu_timeline``; None
-    without it) and, summed over the stateful operators, the state rows and the state store's
-    size on disk (RocksDB SST files, bytes) at its end."""
+    without it), whether a micro-batch of another query (``others``, progress of micro-batches
+    that ran) overlapped it, and, summed over the stateful operators, the state rows and the
+    state store's size on disk (RocksDB SST files, bytes) at its end."""
+    busy = [_span(p) for p in others]
     out = []
     for p in batches:
         ops = p.get("stateOperators") or []
-        seconds = p["durationMs"]["triggerExecution"] / 1000
-        start = epoch_s(p["timestamp"])
+        start, end = _span(p)
         out.append({
-            "batch": p["batchId"], "input_rows": p["numInputRows"], "seconds": seconds,
-            "cpu_seconds": cpu_between(cpu_timeline or [], start, start + seconds),
+            "batch": p["batchId"], "input_rows": p["numInputRows"], "seconds": end - start,
+            "cpu_seconds": cpu_between(cpu_timeline or [], start, end),
+            "overlapped": any(s < end and start < e for s, e in busy),
             "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
             "sst_bytes": sum((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)
                              for op in ops)})

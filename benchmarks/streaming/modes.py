@@ -7,9 +7,10 @@ import shutil
 from dataclasses import asdict
 
 from attribution.config import parse_duration_ms
+from joins.durations import format_duration_ms
 
 from .datasets import Dataset, make_dataset, measure_state_encoding, read_events_arrow
-from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, STREAM_BACKENDS
+from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, STREAM_BACKENDS, run_label, table_variants
 from .report import (
     evenly_spaced,
     fmt_bytes,
@@ -33,8 +34,8 @@ GROWTH_NO_GC_LOOKBACK = "36500 days"
 WARMUP_EVENTS = 5_000
 
 
-def interleaved(kinds: list[str], repeats: int) -> list[tuple[int, str]]:
-    """Each repeat runs every kind once, the order rotated by one per repeat."""
+def interleaved(kinds: list, repeats: int) -> list[tuple[int, object]]:
+    """Each repeat runs every kind (or variant) once, the order rotated by one per repeat."""
     order = []
     for r in range(repeats):
         shift = r % len(kinds)
@@ -42,17 +43,21 @@ def interleaved(kinds: list[str], repeats: int) -> list[tuple[int, str]]:
     return order
 
 
-def run_size(bench: Bench, dataset: Dataset, kinds: list[str], repeats: int) -> list[RunResult]:
-    """Every kind ``repeats`` times, interleaved; the core runs first once as the reference."""
+def run_size(bench: Bench, dataset: Dataset, variants: list[tuple[str, int]],
+             repeats: int) -> list[RunResult]:
+    """Every variant (``(kind, allowed lateness)``, see ``kinds.table_variants``) ``repeats``
+    times, interleaved; the core runs first once as the reference."""
     results = []
-    plan = interleaved(kinds, repeats)
-    if CORE in kinds and plan[0][1] != CORE:
+    plan = interleaved(variants, repeats)
+    core = (CORE, 0)
+    if core in variants and plan[0][1] != core:
         # Spark runs are checked against the core's answer, so compute it before them.
-        plan.remove((next(r for r, k in plan if k == CORE), CORE))
-        plan.insert(0, (0, CORE))
-    for n, (repeat, kind) in enumerate(plan, 1):
-        log(f"[{dataset.label}] run {n}/{len(plan)}: {RUN_LABELS[kind]} (repeat {repeat + 1}) ...")
-        result = bench.run(kind, dataset, repeat)
+        plan.remove((next(r for r, v in plan if v == core), core))
+        plan.insert(0, (0, core))
+    for n, (repeat, (kind, lateness_ms)) in enumerate(plan, 1):
+        label = run_label(kind, lateness_ms)
+        log(f"[{dataset.label}] run {n}/{len(plan)}: {label} (repeat {repeat + 1}) ...")
+        result = bench.run(kind, dataset, repeat, allowed_lateness_ms=lateness_ms)
         log(f"[{dataset.label}]   {result.seconds:.1f}s, {result.events_per_s:,.0f} events/s, "
             f"peak RSS {result.memory.total / MIB:,.0f} MiB, check {result.check}")
         results.append(result)
@@ -78,8 +83,9 @@ def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) ->
     records tagged ``label``; return its summaries, runs, state encoding and rendered table."""
     dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label,
                            args.models)
-    results = run_size(bench, dataset, kinds, args.repeats)
-    summaries = summarise(results, kinds)
+    variants = table_variants(kinds, args.allowed_lateness)
+    results = run_size(bench, dataset, variants, args.repeats)
+    summaries = summarise(results, variants)
     encoding = {}
     if args.state_encoding:
         log(f"[{label}] measuring state encoding with the core ...")
@@ -106,17 +112,19 @@ def scale_mode(bench: Bench, args, kinds: list[str]) -> dict:
     header = ["run"] + [f"{s['records']:,} ev" for s in sections] + ["cost ratio"]
     lines = [header]
     growth = {}
-    for kind in kinds:
+    for kind, lateness_ms in table_variants(kinds, args.allowed_lateness):
         seconds = []
         for s in sections:
-            row = next((x for x in s["summaries"] if x["kind"] == kind), None)
+            row = next((x for x in s["summaries"] if x["kind"] == kind
+                        and x["allowed_lateness_ms"] == lateness_ms), None)
             seconds.append(row["seconds"] if row else None)
         if None in seconds:
             continue
         # Cost per input record grows by this factor times the input ratio; compare like with like.
         ratio = seconds[-1] / seconds[0]
-        growth[kind] = {"seconds": seconds, "cost_ratio": ratio}
-        lines.append([RUN_LABELS[kind]] + [f"{x:.1f}s" for x in seconds] + [f"{ratio:.2f}x"])
+        label = run_label(kind, lateness_ms)
+        growth[label] = {"seconds": seconds, "cost_ratio": ratio}
+        lines.append([label] + [f"{x:.1f}s" for x in seconds] + [f"{ratio:.2f}x"])
     widths = [max(len(l[i]) for l in lines) for i in range(len(header))]
     for l in lines:
         print("  ".join([l[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(l[1:], widths[1:])]))
@@ -141,18 +149,23 @@ def state_growth_mode(bench: Bench, args) -> dict:
           "only the state is compared here)")
     out = {"records": dataset.records, "files": dataset.files, "runs": []}
     for backend in args.growth_backends:
-        for gc, lookback in (("GC", None), ("no GC", GROWTH_NO_GC_LOOKBACK)):
-            log(f"[state-growth] {backend}, {gc} ...")
-            result = bench.run(backend, dataset, 0, lookback=lookback)
-            rows, sst = result.state.rows_per_batch, result.state.bytes_per_batch
-            print(f"{backend:<24} {gc:<6} {result.seconds:6.1f}s  state rows per batch "
-                  f"{sparkline(rows)}: {plateau_verdict(rows)}")
-            print(f"{'':<24} {'':<6} {'':>7}  state SST per batch  "
-                  f"[{' '.join(fmt_bytes(b) for b in evenly_spaced(sst))}]: {plateau_verdict(sst)}")
-            out["runs"].append({"backend": backend, "gc": gc, "seconds": result.seconds,
-                                "rows_per_batch": rows, "sst_per_batch": sst,
-                                "rows_verdict": plateau_verdict(rows),
-                                "sst_verdict": plateau_verdict(sst)})
+        for lateness_ms in args.allowed_lateness:
+            name = backend + (f", L {format_duration_ms(lateness_ms)}" if lateness_ms else "")
+            for gc, lookback in (("GC", None), ("no GC", GROWTH_NO_GC_LOOKBACK)):
+                log(f"[state-growth] {name}, {gc} ...")
+                result = bench.run(backend, dataset, 0, lookback=lookback,
+                                   allowed_lateness_ms=lateness_ms)
+                rows, sst = result.state.rows_per_batch, result.state.bytes_per_batch
+                print(f"{name:<28} {gc:<6} {result.seconds:6.1f}s  state rows per batch "
+                      f"{sparkline(rows)}: {plateau_verdict(rows)}")
+                print(f"{'':<28} {'':<6} {'':>7}  state SST per batch  "
+                      f"[{' '.join(fmt_bytes(b) for b in evenly_spaced(sst))}]: "
+                      f"{plateau_verdict(sst)}")
+                out["runs"].append({"backend": backend, "allowed_lateness_ms": lateness_ms,
+                                    "gc": gc, "seconds": result.seconds,
+                                    "rows_per_batch": rows, "sst_per_batch": sst,
+                                    "rows_verdict": plateau_verdict(rows),
+                                    "sst_verdict": plateau_verdict(sst)})
     print("(applyInPandasWithState keeps one state row per hash bucket of users, so its row count "
           "is capped by the buckets; its state bytes show the growth)")
     shutil.rmtree(dataset.root, ignore_errors=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .kinds import BATCH, CORE, NATIVE, RUN_LABELS
+from .kinds import BATCH, CORE, NATIVE, run_label
 from .sampling import MIB
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ class Summary:
     """The median of one kind's repeats, as one table row."""
 
     kind: str
+    allowed_lateness_ms: int
     runs: int
     seconds: float
     events_per_s: float
@@ -41,22 +42,24 @@ class Summary:
     state_final_rows: Optional[int]
     state_peak_rows: Optional[int]
     state_sst_bytes: Optional[int]
+    state_peak_sst_bytes: Optional[int]
     state_memory_bytes: Optional[int]
     check: str
 
 
-def summarise(results: list[RunResult], kinds: list[str]) -> list[Summary]:
-    """One row per kind of ``kinds`` that has runs in ``results``, in that order; ratios are
-    against the native count's medians."""
+def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list[Summary]:
+    """One row per variant of ``variants`` (``(kind, allowed lateness)``, see
+    ``kinds.table_variants``) that has runs in ``results``, in that order; ratios are against
+    the native count's medians."""
     by_kind = defaultdict(list)
     for r in results:
-        by_kind[r.kind].append(r)
-    native = by_kind.get(NATIVE)
+        by_kind[(r.kind, r.allowed_lateness_ms)].append(r)
+    native = by_kind.get((NATIVE, 0))
     native_rate = statistics.median(r.events_per_s for r in native) if native else None
     native_cpu = statistics.median(r.memory.cpu_seconds for r in native) if native else None
     out = []
-    for kind in kinds:
-        runs = by_kind.get(kind)
+    for kind, lateness_ms in variants:
+        runs = by_kind.get((kind, lateness_ms))
         if not runs:
             continue
         rate = statistics.median(r.events_per_s for r in runs)
@@ -64,7 +67,7 @@ def summarise(results: list[RunResult], kinds: list[str]) -> list[Summary]:
         last = runs[-1]
         checks = sorted({r.check for r in runs})
         out.append(Summary(
-            kind=kind, runs=len(runs), seconds=statistics.median(r.seconds for r in runs),
+            kind=kind, allowed_lateness_ms=lateness_ms, runs=len(runs), seconds=statistics.median(r.seconds for r in runs),
             events_per_s=rate, ratio=rate / native_rate if native_rate else None,
             cpu_seconds=cpu, cpu_ratio=native_cpu / cpu if native_cpu and cpu > 0 else None,
             jvm_mib=max(r.memory.jvm for r in runs) / MIB,
@@ -73,6 +76,7 @@ def summarise(results: list[RunResult], kinds: list[str]) -> list[Summary]:
             total_mib=max(r.memory.total for r in runs) / MIB,
             batches=last.batches, state_final_rows=last.state.final_rows,
             state_peak_rows=last.state.peak_rows, state_sst_bytes=last.state.sst_bytes,
+            state_peak_sst_bytes=max(last.state.bytes_per_batch, default=None),
             state_memory_bytes=last.state.memory_bytes,
             check=checks[0] if len(checks) == 1 else "; ".join(checks)))
     return out
@@ -87,17 +91,17 @@ def render_table(summaries: list[Summary]) -> str:
     """The main table: one line per summary, numbers right-aligned."""
     header = ("run", "events/s", "x native", "median s", "CPU s", "x native CPU", "JVM MiB",
               "workers MiB", "driver MiB", "total MiB", "batches", "state rows", "peak rows",
-              "state SST", "check")
+              "state SST", "peak SST", "check")
     rows = [header]
     for s in summaries:
         batches = fmt_number(s.batches, "d") if s.kind not in (BATCH, CORE) else "-"
-        rows.append((RUN_LABELS.get(s.kind, s.kind), fmt_number(s.events_per_s),
+        rows.append((run_label(s.kind, s.allowed_lateness_ms), fmt_number(s.events_per_s),
                      fmt_number(s.ratio, ".2f"), fmt_number(s.seconds, ".1f"),
                      fmt_number(s.cpu_seconds, ".1f"), fmt_number(s.cpu_ratio, ".2f"),
                      fmt_number(s.jvm_mib), fmt_number(s.workers_mib),
                      fmt_number(s.driver_mib), fmt_number(s.total_mib), batches,
                      fmt_number(s.state_final_rows), fmt_number(s.state_peak_rows),
-                     fmt_bytes(s.state_sst_bytes), s.check))
+                     fmt_bytes(s.state_sst_bytes), fmt_bytes(s.state_peak_sst_bytes), s.check))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
     for n, r in enumerate(rows):

@@ -23,6 +23,8 @@ from .listeners import (
 )
 from .sampling import MemoryPeaks, MemorySampler
 
+JOB_QUERY = "attribution"  # the attribution job's main query (jobs/attribution_job.py)
+
 
 @dataclass
 class RunResult:
@@ -41,6 +43,7 @@ class RunResult:
     attributed: Optional[int] = None
     check: str = "n/a"
     micro_batches: list = field(default_factory=list)  # listeners.micro_batch_figures
+    allowed_lateness_ms: int = 0   # the job's --allowed-lateness (streaming runs only)
 
     @property
     def events_per_s(self) -> float:
@@ -130,7 +133,7 @@ class Bench:
 
     def run(self, kind: str, dataset: Dataset, repeat: int, **job_options) -> RunResult:
         """One timed run of ``kind`` over ``dataset``; ``repeat`` tags it, ``job_options`` go to
-        the attribution job (``lookback``, ``options``)."""
+        the attribution job (``lookback``, ``options``, ``allowed_lateness_ms``)."""
         scratch = self.scratch(kind)
         try:
             if kind == NATIVE:
@@ -162,10 +165,12 @@ class Bench:
 
     # (b) and (c)
     def _job(self, kind: str, dataset: Dataset, repeat: int, scratch: Path,
-             lookback: Optional[str] = None, options: Sequence[str] = ()) -> RunResult:
+             lookback: Optional[str] = None, options: Sequence[str] = (),
+             allowed_lateness_ms: int = 0) -> RunResult:
         """The attribution job as its command line runs it: ``kind`` is a backend or ``BATCH``;
         ``lookback`` replaces the dataset's (its answer is then not checked), ``options`` are
-        further command-line options (e.g. ``--state-buckets 0``)."""
+        further command-line options (e.g. ``--state-buckets 0``), ``allowed_lateness_ms`` its
+        ``--allowed-lateness`` (streaming only)."""
         from jobs.attribution_job import parse_args, run
 
         argv = ["--events", str(dataset.events_dir), "--format", "parquet",
@@ -179,9 +184,11 @@ class Bench:
         else:
             argv += ["--backend", kind, "--max-files-per-trigger",
                      str(self.args.max_files_per_trigger)]
+            if allowed_lateness_ms:
+                argv += ["--allowed-lateness", f"{allowed_lateness_ms} ms"]
         args = parse_args([*argv, *options])
         report, seconds, memory, batches = self.timed(
-            lambda: run(self.spark, args), None if kind == BATCH else "attribution")
+            lambda: run(self.spark, args), None if kind == BATCH else JOB_QUERY)
         check = "ok"
         if lookback is None and dataset.goals and (report.goals, report.attributed) != (
                 dataset.goals, dataset.attributed):
@@ -191,7 +198,10 @@ class Bench:
             check = "n/a"
         return RunResult(kind, dataset.label, repeat, dataset.records, seconds, memory,
                          state_stats(batches), report.batches, report.goals, report.attributed,
-                         check, micro_batch_figures(batches, memory.cpu_timeline))
+                         check, micro_batch_figures(
+                             batches, memory.cpu_timeline,
+                             batches_with_data(self.recorder.others(JOB_QUERY))),
+                         allowed_lateness_ms=allowed_lateness_ms if kind != BATCH else 0)
 
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
                  **stream_options) -> RunResult:

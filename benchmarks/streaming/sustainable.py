@@ -83,7 +83,7 @@ from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark
 from .kinds import JOB_LAYOUT_LABELS, JOB_LAYOUTS, NATIVE, NATIVE_WINDOW
 from .listeners import batches_with_data, epoch_s
 from .report import align_table, fmt_number, log
-from .runs import Bench, native_counts
+from .runs import JOB_QUERY, Bench, native_counts
 from .sampling import MIB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,6 @@ SUSTAINABLE_LABELS = {
     PASSTHROUGH: "pass-through (the floor)",
     **JOB_LAYOUT_LABELS,
 }
-JOB_QUERY = "attribution"  # the job's main query (jobs/attribution_job.py)
 QUERY_NAMES = {NATIVE: "sustainable_native", PASSTHROUGH: "sustainable_passthrough",
                **dict.fromkeys(JOB_LAYOUTS, JOB_QUERY)}
 LOAD_USERS = 100_000

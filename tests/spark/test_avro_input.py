@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from attribution.oracle import sort_key
 from attribution.spark.avro_source import list_files, read_file
 from attribution.spark.output import read_attribution_rows
+from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
 from support import FILE_TIME, stage_in_arrival_order
 
@@ -53,7 +53,7 @@ def test_avro_input_gives_the_rows_of_parquet_input_of_the_same_seed(spark, tmp_
         report, rows[fmt] = _run(spark, tmp_path, staged, fmt, "--max-files-per-trigger", "1",
                                  *MODES[mode])
         assert report.goals == len(rows[fmt]) > 0
-    truth = sorted(read_attribution_rows(same_seed["parquet"].truth_path), key=sort_key)
+    truth = sorted(read_truth(same_seed["parquet"].truth_path), key=sort_key)
     assert rows["avro"] == rows["parquet"] == truth
 
 
@@ -91,7 +91,7 @@ def test_corrupt_avro_files_and_blocks_are_dead_lettered_and_the_rest_goes_on(sp
     os.utime(staged / "part-90001.avro", (FILE_TIME + 101, FILE_TIME + 101))
     options = ["--mode", "batch"] if mode == "batch" else []
     report, rows = _run(spark, tmp_path, staged, "avro", *options)
-    dead = pq.read_table(tmp_path / "dead-avro").to_pylist()
+    dead = [r.asDict() for r in spark.read.parquet(str(tmp_path / "dead-avro")).collect()]
     reasons = sorted(d["reason"] for d in dead)
     assert len(reasons) == 2
     assert reasons[0].startswith("corrupt Avro block at byte ") and "part-90000.avro" in reasons[0]
@@ -99,5 +99,5 @@ def test_corrupt_avro_files_and_blocks_are_dead_lettered_and_the_rest_goes_on(sp
     assert all(d["source_file"].endswith((".avro")) for d in dead)
     # The damaged copy only repeats event ids of the first file (redeliveries), so the output is
     # the truth of the intact files.
-    truth = sorted(read_attribution_rows(same_seed["avro"].truth_path), key=sort_key)
+    truth = sorted(read_truth(same_seed["avro"].truth_path), key=sort_key)
     assert rows == truth

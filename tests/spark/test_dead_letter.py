@@ -118,7 +118,14 @@ def _committed_rows(spark, path: Path):
 
 
 def _dead_letters(spark, path: Path) -> list:
-    return spark.read.parquet(str(path)).collect()
+    """The dead letters, after checking their layout: one ``detected_date=`` directory per UTC
+    date of detection, holding the dead letters detected that day."""
+    from pyspark.sql import functions as F
+
+    assert not list(path.glob("*.parquet")) and list(path.glob("detected_date=*/*.parquet"))
+    frame = spark.read.parquet(str(path))  # the session's time zone is UTC
+    assert frame.filter(F.col("detected_date") != F.to_date("detected_at")).count() == 0
+    return frame.collect()
 
 
 def test_spark_reasons_match_the_python_validator(spark, tmp_path):

@@ -81,11 +81,31 @@ def test_spark_reads_the_generated_files(spark, tmp_path, fmt):
     expected = read_events(run.events_dir)
     assert len(rows) == len(expected) == run.records
     as_spark = sorted((r.event_id, ts_to_ms(r.ts), r.event_type, r.url, r.referer, r.is_goal,
-                       r.impression_id, r.source_url, r.target_url) for r in rows)
+                       r.impression_id, r.source_url, r.target_url, r.campaign, r.value)
+                      for r in rows)
     as_files = sorted((e.event_id, e.ts, e.event_type, e.url, e.referer,
                        e.is_goal if e.event_type == "visit" else None, e.impression_id,
-                       e.source_url, e.target_url) for e in expected)
+                       e.source_url, e.target_url, e.campaign, e.value) for e in expected)
     assert as_spark == as_files
+    assert any(r.campaign for r in rows) and any(r.value for r in rows)
+
+
+def test_source_rows_carry_campaigns_and_goal_values(spark):
+    register(spark)
+    options = {k: v for k, v in SOURCE_OPTIONS.items() if k != "maxRowsPerBatch"}
+    rows = spark.read.format("streamgen").options(**options).option("totalRows", 900).load() \
+        .select("event_id", "event_type", "is_goal", "campaign", "value").collect()
+    params = GeneratorParams.from_options({k: v for k, v in options.items()
+                                           if k != "numPartitions"})
+    stream = stream_for(params)
+    expected, _ = stream.read(Position(), 900)
+    campaigns = [None if c < 0 else stream.vocab.campaigns[c] for c in expected.campaign]
+    values = [None if v != v else v for v in expected.value.tolist()]
+    assert sorted((r.event_id, r.campaign, r.value) for r in rows) == sorted(
+        zip(id_array(expected.seq).to_pylist(), campaigns, values))
+    assert all(r.campaign for r in rows if r.event_type == "impression")
+    assert all(r.value is None for r in rows if not r.is_goal)
+    assert any(r.value for r in rows if r.is_goal)
 
 
 def _dropped_by_watermark(spark, events_dir: Path, fmt: str, delay_ms: int, checkpoint: Path,

@@ -18,7 +18,7 @@ import pytest
 from attribution.oracle import attribute_batch, sort_key
 from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_state_layout
 from attribution.spark.files import read_events
-from attribution.spark.output import read_attribution_rows
+from attribution.spark.output import committed_files, read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import ROOT, stage_in_arrival_order
 
@@ -90,6 +90,11 @@ def test_a_checkpoint_of_the_single_model_version_resumes_with_the_oracles_rows(
     assert after == [r for r in expected if r.goal_event_id != "a-goal-1"]
     assert report.goals == 3 and report.late_rows == 0
     assert json.loads((base / "checkpoint" / LAYOUT_FILE).read_text()).get("models") is None
+    # The output and the dead letter were written without date partitions: they keep that
+    # layout, every committed file at the top level, as the old ones are.
+    assert {f.parent for f in committed_files(base / "out")} == {base / "out"}
+    for directory in (base / "out", base / "out-dead-letter"):
+        assert not [p for p in directory.iterdir() if p.is_dir() and "=" in p.name], directory
 
 
 def test_a_checkpoint_without_models_means_last_touch_alone(tmp_path):

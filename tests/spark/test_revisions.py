@@ -11,7 +11,7 @@ import pytest
 
 from attribution.spark.changelog import fold_changelog
 from attribution.spark.late_records import read_late_records
-from attribution.spark.output import read_attributions
+from attribution.spark.output import read_attribution_rows, read_attributions
 from jobs.attribution_job import parse_args, run
 from support import stage_in_arrival_order
 
@@ -49,14 +49,17 @@ def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, layo
     assert net == BOOK_ROWS
     assert late == [] and report.late_rows == 0
     assert report.extra["late accepted"] == 4
+    # Counted with their signs, the goals are the net table's, as are the attributed ones.
+    assert (report.goals, report.attributed) == (2, 2)
+    assert (report.extra["revisions"], report.extra["retractions"]) == (1, 1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["buckets", "transformWithState"])
 def test_early_results_revise_goals_until_the_watermark_passes_them(spark, tmp_path, ch7_dir,
                                                                     layout):
-    _, changelog, net, _ = _run(spark, tmp_path, ch7_dir, "--allowed-lateness", "5 minutes",
-                                "--early-results", *LAYOUTS[layout])
+    report, changelog, net, _ = _run(spark, tmp_path, ch7_dir, "--allowed-lateness",
+                                     "5 minutes", "--early-results", *LAYOUTS[layout])
     assert changelog == Counter([
         ("g-signup", None, 1, 0, "EARLY"), ("g-receipt", None, 1, 0, "EARLY"),
         ("g-signup", None, -1, 0, "EARLY"), ("g-signup", None, 1, 1, "ON_TIME"),
@@ -64,6 +67,50 @@ def test_early_results_revise_goals_until_the_watermark_passes_them(spark, tmp_p
         ("g-receipt", None, -1, 0, "EARLY"), ("g-receipt", 456, 1, 1, "EARLY"),
         ("g-receipt", 456, -1, 1, "EARLY"), ("g-receipt", 456, 1, 2, "ON_TIME")])
     assert net == BOOK_ROWS
+    assert (report.goals, report.attributed) == (2, 2)
+    assert (report.extra["revisions"], report.extra["retractions"]) == (4, 4)
+
+
+@pytest.mark.parametrize("order", ["smaller-first", "smaller-last"])
+@pytest.mark.parametrize("layout", [
+    "buckets", pytest.param("per-user", marks=pytest.mark.slow),
+    pytest.param("transformWithState", marks=pytest.mark.slow)])
+def test_conflicting_copies_revise_early_rows_to_the_smallest_copy(spark, tmp_path, layout,
+                                                                   order):
+    """With early results the larger copies, if they come first, are emitted early; the smaller
+    ones revise their rows (or retract them: the smaller copy of goal g4 is no goal), so the
+    folded changelog is the oracle's rows either way round."""
+    from attribution.oracle import attribute_batch
+    from support import (
+        CONFLICTING_COPIES_ROWS,
+        conflicting_copies,
+        conflicting_copies_row,
+        stage_conflicting_copies,
+    )
+
+    events = stage_conflicting_copies(tmp_path / "events", order == "smaller-first")
+    args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
+                       "--checkpoint", str(tmp_path / "cp"), "--quiet",
+                       "--watermark-delay", "10 minutes", "--max-files-per-trigger", "1",
+                       "--allowed-lateness", "5 minutes", "--early-results", *LAYOUTS[layout]])
+    run(spark, args)
+    changelog = read_attribution_rows(tmp_path / "out")
+    net: Counter = Counter()
+    for r in changelog:
+        net[r._replace(sign=1, revision=0, emit_timing="ON_TIME")] += r.sign
+    assert set(net.values()) <= {0, 1}
+    table = sorted(conflicting_copies_row(r) for r, n in net.items() if n)
+    smaller, _, common = conflicting_copies()
+    assert [conflicting_copies_row(r) for r in attribute_batch(smaller + common)] == \
+        CONFLICTING_COPIES_ROWS
+    assert table == CONFLICTING_COPIES_ROWS
+    assert len(fold_changelog(read_attributions(str(tmp_path / "out")))) == len(table)
+    # The larger copies' rows (goal g4, g1 worth 7) are emitted early and retracted only when
+    # the larger copies come first.
+    larger_rows = Counter((r.goal_event_id, r.sign) for r in changelog
+                          if r.goal_event_id == "g4" or r.goal_value == 7.0)
+    assert larger_rows == (Counter() if order == "smaller-first" else
+                           Counter({("g4", 1): 1, ("g4", -1): 1, ("g1", 1): 1, ("g1", -1): 1}))
 
 
 def test_without_allowed_lateness_the_late_records_are_dropped_and_written(spark, tmp_path,

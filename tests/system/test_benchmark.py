@@ -7,6 +7,7 @@ every run agreed with the core. Timings themselves are never asserted.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -15,10 +16,25 @@ from pyspark.sql import functions as F
 
 from attribution.spark.pipeline import DEFAULT_STATE_BUCKETS
 from benchmarks.streaming.cli import parse_args, run
+from benchmarks.streaming.cost_model import (
+    SCALING_LIMIT,
+    fit,
+    parse_batch_sizes,
+    predict,
+    scaling_check,
+    sst_bytes_per_event,
+)
 from benchmarks.streaming.datasets import make_dataset
-from benchmarks.streaming.kinds import RUN_KINDS, RUN_LABELS
+from benchmarks.streaming.kinds import (
+    DEFAULT_LAYOUT,
+    JOB_LAYOUT_LABELS,
+    JOB_LAYOUTS,
+    RUN_KINDS,
+    RUN_LABELS,
+)
 from benchmarks.streaming.modes import interleaved
 from benchmarks.streaming.report import plateau_verdict
+from benchmarks.streaming.sampling import cpu_between
 from benchmarks.streaming.sustainable import (
     SUSTAINABLE_KINDS,
     SUSTAINABLE_LABELS,
@@ -69,12 +85,14 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, capsys):
+@pytest.mark.parametrize("lateness", ["0", "1 hour"])
+def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, capsys, lateness):
     # transformWithState keeps one state row per user, so its rows count users in state
-    # (applyInPandasWithState's rows are hash buckets, capped at the bucket count).
+    # (applyInPandasWithState's rows are hash buckets, capped at the bucket count). With an
+    # allowed lateness, garbage collection comes that much later and still bounds the state.
     args = parse_args(["--only-modes", "--no-warmup", "--state-growth", "--growth-events", "4000",
                        "--growth-files", "10", "--growth-backends", "transformWithState",
-                       "--work-dir", str(tmp_path / "work")])
+                       "--allowed-lateness", lateness, "--work-dir", str(tmp_path / "work")])
     runs = {r["gc"]: r for r in run(spark, args)["state_growth"]["runs"]}
     with_gc, without = runs["GC"]["rows_per_batch"], runs["no GC"]["rows_per_batch"]
     assert len(with_gc) >= 10 and len(without) >= 10
@@ -83,6 +101,21 @@ def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, c
     assert max(with_gc) < without[-2]
     assert runs["no GC"]["rows_verdict"].startswith("grows")
     assert "state rows per batch" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_allowed_lateness_adds_a_row_per_value_for_each_streaming_backend(spark, tmp_path,
+                                                                         capsys):
+    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3", "--no-warmup",
+                       "--no-state-encoding", "--runs", "applyInPandasWithState,core",
+                       "--allowed-lateness", "0,1 hour", "--work-dir", str(tmp_path / "work")])
+    rows = run(spark, args)["main"]["summaries"]
+    out = capsys.readouterr().out
+    assert [(r["kind"], r["allowed_lateness_ms"]) for r in rows] == [
+        ("applyInPandasWithState", 0), ("applyInPandasWithState", 3_600_000), ("core", 0)]
+    assert all(r["check"] == "ok" for r in rows)  # no late record: the same goals either way
+    assert all(r["state_peak_sst_bytes"] for r in rows[:2])
+    assert "(b) stream applyInPandasWithState, allowed lateness 1 h " in out
 
 
 @pytest.mark.slow
@@ -139,6 +172,114 @@ def test_sustainable_mode_reports_every_kind_with_sane_numbers(spark, tmp_path, 
     assert "sustainable" in json.loads((tmp_path / "r.json").read_text())
 
 
+@pytest.mark.slow
+def test_cost_model_mode_fits_every_layout_with_sane_numbers(spark, tmp_path, capsys):
+    # Micro-batches of a few hundred events: the structure and the numbers' sanity, never the
+    # coefficients' values or the scaling verdict (the machine may be busy with other work).
+    args = parse_args(["--cost-model", "--no-warmup", "--cost-batch-events", "150,300",
+                       "--cost-batches", "8", "--work-dir", str(tmp_path / "work"),
+                       "--json", str(tmp_path / "r.json")])
+    results = run(spark, args)
+    report = results["cost_model"]
+    out = capsys.readouterr().out
+    assert "main" not in results                       # the cost model replaces the main table
+    assert len(report["runs"]) == len(JOB_LAYOUTS) * 2
+    assert all(r["check"] == "ok" for r in report["runs"]), [r["check"] for r in report["runs"]]
+    assert list(report["layouts"]) == list(JOB_LAYOUTS)
+    for layout, figures in report["layouts"].items():
+        assert JOB_LAYOUT_LABELS[layout] in out
+        points = figures["points"]
+        for size in (150, 300):
+            # Micro-batches 2..8, but those beside the dead-letter query's at the start.
+            mine = [p for p in points if p["size"] == size]
+            batches = [p["batch"] for p in mine]
+            assert batches == list(range(batches[0], 9)) and batches[0] <= 4
+            assert all(100 <= p["events"] <= 2 * size for p in mine)
+            read = [p["events_read"] for p in mine]
+            assert read == sorted(read) and read[0] == pytest.approx(
+                batches[0] * mine[0]["events"], rel=0.1)
+            state = [p["state_mb"] for p in mine]
+            assert state == sorted(state) and state[0] > 0
+        for p in points:
+            assert p["seconds"] > 0 and p["cpu_seconds"] > 0 and p["sst_mb"] > 0
+            assert p["seconds_residual"] == pytest.approx(p["seconds"] - p["seconds_fitted"])
+        assert 0 < figures["sst_bytes_per_event"] < 10_000
+        for model in (figures["wall"], figures["cpu"]):
+            assert model["points"] == len(points)
+            assert all(model[k] == model[k] and model[k + "_se"] >= 0 for k in "abc")  # not NaN
+        assert "core-s" in figures["sizing"] and "cores" in figures["sizing"]
+    scaling = report["scaling"]
+    # A size is judged when one of its first two micro-batches (a quarter of 8) was measured;
+    # under load the start-up may overlap them all, and the verdict then says so.
+    default_points = report["layouts"][DEFAULT_LAYOUT]["points"]
+    judged = [size for size in (150, 300)
+              if any(p["size"] == size and p["batch"] <= 2 for p in default_points)]
+    assert [c["n"] for c in scaling["checks"]] == [2] * len(judged)
+    for c in scaling["checks"]:
+        assert c["ratio"] > 0 and c["cpu_ratio"] > 0
+        assert c["events_read_ratio"] == pytest.approx(4, rel=0.05)
+        assert c["within"] == (c["ratio"] <= SCALING_LIMIT)
+    if judged:
+        assert scaling["within"] == all(c["within"] for c in scaling["checks"])
+        verdict = "within" if scaling["within"] else "NOT within"
+        assert f"state scaling: {verdict} {SCALING_LIMIT}x at every size" in out
+    else:
+        assert scaling["within"] is None and "state scaling: not measured" in out
+    assert "cost_model" in json.loads((tmp_path / "r.json").read_text())
+
+
+def test_cost_model_fit_recovers_known_coefficients():
+    points = [{"events": e, "state_mb": s, "seconds": 0.5 + 0.002 * e + 0.1 * s,
+               "cpu_seconds": None}
+              for e in (100, 200, 400) for s in (1.0, 2.5, 7.0)]
+    model = fit(points, "seconds")
+    assert (model["a"], model["b"], model["c"]) == pytest.approx((0.5, 0.002, 0.1))
+    assert model["r2"] == pytest.approx(1.0) and model["rms_residual"] == pytest.approx(0, abs=1e-9)
+    assert all(p["seconds_residual"] == pytest.approx(0, abs=1e-9) for p in points)
+    # Points without the target are left out of its fit.
+    assert fit(points + [{"events": 1, "state_mb": 1, "seconds": None}], "seconds")["points"] == 9
+    # A coefficient below zero counts as zero in a prediction.
+    assert predict({"a": 1.0, "b": -0.5, "c": 0.25}, 1_000, 4) == pytest.approx(2.0)
+
+
+def test_cost_model_scaling_check_and_state_per_event():
+    # Micro-batches 2..12 of 100 events; each costs 1 s plus 0.1 s per 100 events read.
+    points = [{"batch": k, "events": 100, "events_read": 100 * k, "seconds": 1 + 0.1 * k,
+               "cpu_seconds": 2 * (1 + 0.1 * k), "sst_mb": 0.01 * k, "state_rows": 10 * k}
+              for k in range(2, 13)]
+    check = scaling_check(points, 12)
+    # n = 3: micro-batches 2..3 against 2..12, times 4.
+    assert check["n"] == 3 and check["first_batches"] == [2, 3]
+    assert check["ratio"] == pytest.approx(4 * 1.7 / 1.25)
+    assert check["cpu_ratio"] == pytest.approx(check["ratio"])
+    assert check["within"] == (check["ratio"] <= SCALING_LIMIT)
+    assert check["events_read_ratio"] == 4 and check["sst_ratio"] == pytest.approx(4)
+    # A micro-batch left out (it overlapped another query) is left out of both means.
+    check = scaling_check(points[1:], 12)
+    assert check["first_batches"] == [3] and check["ratio"] == pytest.approx(
+        4 * statistics.fmean(1 + 0.1 * k for k in range(3, 13)) / 1.3)
+    assert scaling_check(points[2:], 12) is None    # nothing left of the first quarter
+    # SST bytes proportional to the events read: exactly that many bytes per event.
+    batches = [{"input_rows": 50, "sst_bytes": 30 * 50 * k} for k in range(1, 6)]
+    assert sst_bytes_per_event(batches) == pytest.approx(30)
+
+
+def test_cpu_between_interpolates_the_samples():
+    timeline = [(10.0, 0.0), (11.0, 2.0), (13.0, 3.0)]
+    assert cpu_between(timeline, 10.5, 12.0) == pytest.approx(2.5 - 1.0)
+    assert cpu_between(timeline, 11.0, 13.0) == pytest.approx(1.0)
+    assert cpu_between(timeline, 9.0, 12.0) is None     # before the first sample
+    assert cpu_between([], 1.0, 2.0) is None
+
+
+def test_cost_model_batch_sizes():
+    assert parse_batch_sizes("5000, 2500,5000") == [2500, 5000]
+    for bad, message in (("2500", "has one size"), ("2500,x", "bad size 'x'"),
+                         ("0,10", "bad size '0'")):
+        with pytest.raises(ValueError, match=message):
+            parse_batch_sizes(bad)
+
+
 def test_bisection_probes_the_bounds_then_geometric_means():
     def search(limit, probes=6):
         seen = []
@@ -180,7 +321,9 @@ def test_help_shows_defaults_and_bad_arguments_fail_clearly():
                          cwd=ROOT).stdout
     for option in ("--events", "--repeats", "--scale", "--state-growth", "--join", "--runs",
                    "--files", "--max-files-per-trigger", "--json", "--sustainable",
-                   "--sustainable-trigger", "--sustainable-min-rate", "--sustainable-max-rate"):
+                   "--sustainable-trigger", "--sustainable-min-rate", "--sustainable-max-rate",
+                   "--cost-model", "--cost-batch-events", "--cost-batches", "--cost-layouts",
+                   "--allowed-lateness"):
         assert option in out
     assert "1000000" in out and "(default: 3)" in out
     bad = subprocess.run([*command, "--runs", "native,fast"], capture_output=True, text=True,
@@ -191,3 +334,9 @@ def test_help_shows_defaults_and_bad_arguments_fail_clearly():
     bad = subprocess.run([*command, "--sustainable-trigger", "10"], capture_output=True, text=True,
                          cwd=ROOT)
     assert bad.returncode == 2 and "--sustainable-trigger: '10' has no unit" in bad.stderr
+    bad = subprocess.run([*command, "--allowed-lateness", "0,soon"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "--allowed-lateness" in bad.stderr and "soon" in bad.stderr
+    bad = subprocess.run([*command, "--cost-batches", "10"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert bad.returncode == 2 and "--cost-batches must be a multiple of 4" in bad.stderr

@@ -6,27 +6,34 @@ The executors run a Python that can import pyspark, pandas and pyarrow but *not*
 (``python -S`` skips the editable install's ``.pth`` hook; a control below proves it), so the job
 can only work if ``jobs.runtime.ship_packages`` really delivered the project's packages.
 
+Each application writes Spark's event log; from it, the tasks of the stateful stage (those that
+updated the state store's metrics) must have run on both executors, not on one of them.
+
 Every process the test starts (master, workers, spark-submit) gets its own process group, and a
 ``finally`` stops each group by its PID - SIGTERM, then SIGKILL - even when the test fails.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from attribution.oracle import sort_key
-from attribution.spark.output import read_attribution_rows
 from attribution.spark.pipeline import BACKENDS
+from generators.truth import read_truth
 from support import ROOT, committed_attributions
 
 WAIT_SECONDS = 180
+# A SQL metric that every stateful operator (a StateStoreWriter) updates in each of its tasks.
+STATE_METRIC = "number of total state rows"
 
 
 def _spark_home() -> Path:
@@ -110,6 +117,24 @@ class Daemon:
         return alive
 
 
+def _stateful_tasks(event_log_dir: Path) -> tuple[Counter, set[str]]:
+    """From the event log of one application: how many successful tasks that updated the
+    state store's metrics each executor ran, and the executors the application had."""
+    tasks: Counter = Counter()
+    executors: set[str] = set()
+    for log in event_log_dir.iterdir():
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerExecutorAdded":
+                executors.add(event["Executor ID"])
+            elif (event["Event"] == "SparkListenerTaskEnd"
+                  and event["Task End Reason"]["Reason"] == "Success"):
+                info = event["Task Info"]
+                if any(a.get("Name") == STATE_METRIC for a in info.get("Accumulables", [])):
+                    tasks[info["Executor ID"]] += 1
+    return tasks, executors
+
+
 def _executor_python(tmp_path: Path) -> tuple[Path, Path]:
     """A Python for the executors that sees site-packages but not this project, and the file
     where it logs its command lines (proof that the executors really ran it)."""
@@ -140,7 +165,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                                        disorder="bounded", max_delay="2 minutes",
                                        redelivery_rate=0.05, watermark_delay="10 minutes"),
                        tmp_path / "data", plot=False)
-    truth = sorted(read_attribution_rows(dataset.truth_path), key=sort_key)
+    truth = sorted(read_truth(dataset.truth_path), key=sort_key)
     assert truth and any(r.trail for r in truth)
 
     # The control: the executors' Python has the libraries, and not the project.
@@ -188,11 +213,14 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
         # One application per backend, one after the other on the same two executors' slots.
         # transformWithState also runs a Python worker on the driver, which needs the project.
         for backend in BACKENDS:
+            (tmp_path / backend / "events").mkdir(parents=True)
             submit = Daemon(f"spark-submit-{backend}", [
                 str(spark_home / "bin" / "spark-submit"), "--master", master_url,
                 "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
                 "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
                 "--conf", "spark.driver.bindAddress=127.0.0.1",
+                "--conf", "spark.eventLog.enabled=true",
+                "--conf", f"spark.eventLog.dir={(tmp_path / backend / 'events').as_uri()}",
                 str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
                 "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
                 "--checkpoint", str(tmp_path / backend / "checkpoint"),
@@ -221,3 +249,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     for backend, report in reports.items():
         assert f"attribution stream run ({backend})" in report and "late dropped   : 0" in report
         assert committed_attributions(spark, tmp_path / backend / "out") == truth, backend
+        # The stateful stage ran on both executors: Spark's own record of where its tasks ran.
+        tasks, executors = _stateful_tasks(tmp_path / backend / "events")
+        assert len(executors) == 2, (backend, executors)
+        assert set(tasks) == executors and min(tasks.values()) > 0, (backend, dict(tasks))

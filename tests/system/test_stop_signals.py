@@ -41,16 +41,12 @@ CASES = {"SIGINT": (signal.SIGINT, "applyInPandasWithState", ExitCode.INTERRUPTE
          "SIGTERM": (signal.SIGTERM, "transformWithState", ExitCode.TERMINATED, False)}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(CASES))
-def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, tmp_path, name):
-    signum, backend, code, to_group = CASES[name]
-    events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
-    assert len(list(events.iterdir())) == FILES
-    options = [str(JOB), "--events", str(events), "--output", "out", "--checkpoint", "cp",
-               "--backend", backend, "--master", "local[2]", "--max-files-per-trigger", "1",
-               "--watermark-delay", "3 minutes", "--log-file", "spark.log"]
-    job = subprocess.Popen([sys.executable, *options, "--trigger", "3 seconds"], cwd=tmp_path,
+def signal_after_batch_1(command: list, cwd, signum: int, to_group: bool) -> tuple[int, str, str]:
+    """Run ``command`` (a job's script and options) with a 3-second processing-time trigger,
+    send ``signum`` once its progress line of batch 1 is printed (to the whole process group
+    when ``to_group``, as a terminal's Ctrl-C does, else to the driver alone, as ``kill PID``
+    does), and return its exit code, stdout and stderr."""
+    job = subprocess.Popen([sys.executable, *command, "--trigger", "3 seconds"], cwd=cwd,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=command_environment(), start_new_session=True)
     watchdog = threading.Timer(WAIT_SECONDS, os.killpg, (job.pid, signal.SIGKILL))
@@ -72,9 +68,21 @@ def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, t
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    stderr = "".join(before) + after
+    return job.returncode, stdout, "".join(before) + after
 
-    assert job.returncode == code, stderr[-3000:]
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, tmp_path, name):
+    signum, backend, code, to_group = CASES[name]
+    events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
+    assert len(list(events.iterdir())) == FILES
+    options = [str(JOB), "--events", str(events), "--output", "out", "--checkpoint", "cp",
+               "--backend", backend, "--master", "local[2]", "--max-files-per-trigger", "1",
+               "--watermark-delay", "3 minutes", "--log-file", "spark.log"]
+    returncode, stdout, stderr = signal_after_batch_1(options, tmp_path, signum, to_group)
+
+    assert returncode == code, stderr[-3000:]
     assert_no_traceback(stderr + stdout)
     assert f"{name}: stopping after the current micro-batch" in stderr
     assert stderr.rstrip().splitlines()[-1] == (
@@ -91,3 +99,48 @@ def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, t
     assert rerun.returncode == ExitCode.OK, rerun.stderr[-3000:]
     assert_no_traceback(rerun.stderr + rerun.stdout)
     assert committed_attributions(spark, tmp_path / "out") == attribute_batch(read_events(events))
+
+
+JOIN_JOB = ROOT / "jobs" / "join_job.py"
+
+
+@pytest.mark.slow
+def test_a_signal_stops_the_join_job_after_the_current_batch_and_a_rerun_completes_it(
+        spark, tmp_path):
+    """The join job handles SIGTERM as the attribution job does: the micro-batch in flight
+    commits, the report names the signal, the exit code is 143, and a rerun on the same
+    checkpoint gives exactly the rows of an uninterrupted run."""
+    from jobs import join_job
+
+    events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
+    common = ["--events", str(events), "--max-files-per-trigger", "1", "--window", "1 hour",
+              "--max-delay", "3 minutes", "--strategy", "state-key"]
+    options = [str(JOIN_JOB), *common, "--output", "out", "--checkpoint", "cp",
+               "--master", "local[2]", "--log-file", "spark.log"]
+    returncode, stdout, stderr = signal_after_batch_1(options, tmp_path, signal.SIGTERM, False)
+
+    assert returncode == ExitCode.TERMINATED, stderr[-3000:]
+    assert_no_traceback(stderr + stdout)
+    assert "SIGTERM: stopping after the current micro-batch" in stderr
+    assert stderr.rstrip().splitlines()[-1] == (
+        "stopped by SIGTERM; rerun with the same --checkpoint to resume")
+    title = stdout.strip().splitlines()[0]
+    assert title.startswith("click-through join (state-key, inner) stopped by SIGTERM: "), stdout
+    batches = int(re.search(r": (\d+) batch", title).group(1))
+    assert 2 <= batches < FILES
+
+    rerun = subprocess.run([sys.executable, *options], cwd=tmp_path, capture_output=True,
+                           text=True, env=command_environment(), timeout=WAIT_SECONDS)
+    assert rerun.returncode == ExitCode.OK, rerun.stderr[-3000:]
+    assert_no_traceback(rerun.stderr + rerun.stdout)
+
+    join_job.run(spark, join_job.parse_args(
+        [*common, "--output", str(tmp_path / "whole"), "--checkpoint", str(tmp_path / "cp2"),
+         "--quiet"]))
+
+    def rows(path):
+        return sorted(tuple(r) for r in spark.read.parquet(str(path)).collect())
+
+    uninterrupted = rows(tmp_path / "whole")
+    assert uninterrupted  # the ch7 clicks join
+    assert rows(tmp_path / "out") == uninterrupted

@@ -25,9 +25,10 @@ def _user_blob() -> bytes:
 def test_a_bucket_round_trips_with_inboxes_and_is_compressed():
     users = {f"u{i}": (10 + i, _user_blob(), '{"i":"e1","t":"visit","s":5,"u":"/a"}')
              for i in range(200)}
-    blob = encode_bucket(users)
+    blob = encode_bucket(users, 12_345)
     assert blob[0] == BUCKET_STATE_VERSION
-    assert decode_bucket(blob) == users
+    assert decode_bucket(blob) == (users, 12_345)
+    assert decode_bucket(encode_bucket(users)) == (users, None)
     # 200 near-identical users: compression must make the bucket far smaller than its parts.
     raw = sum(len(state) + len(inbox) for _, state, inbox in users.values())
     assert len(blob) < raw / 5
@@ -38,7 +39,14 @@ def test_a_version_1_bucket_still_reads_with_empty_inboxes():
     buf.write(bytes([1]))
     fastavro.schemaless_writer(buf, fastavro.parse_schema(_BUCKET_SCHEMA_V1),
                                {"users": {"u1": {"wakeup": 7, "state": _user_blob()}}})
-    assert decode_bucket(buf.getvalue()) == {"u1": (7, _user_blob(), "")}
+    assert decode_bucket(buf.getvalue()) == ({"u1": (7, _user_blob(), "")}, None)
+
+
+def test_a_version_2_bucket_still_reads_without_a_watermark():
+    users = {"u1": (7, _user_blob(), '{"i":"e1","t":"visit","s":5,"u":"/a"}')}
+    raw = pickle.dumps(users, protocol=5)
+    blob = bytes([2]) + len(raw).to_bytes(4, "little") + _CODEC.compress(raw, asbytes=True)
+    assert decode_bucket(blob) == (users, None)
 
 
 def test_an_unknown_bucket_version_is_refused_with_the_versions_this_code_reads():

@@ -281,7 +281,7 @@ def test_campaign_value_and_consumption_survive_a_state_round_trip():
     state.add(events)
     state.fire(5)
     blob = state.to_bytes()
-    assert blob[0] == STATE_VERSION == 4
+    assert blob[0] == STATE_VERSION == 5
     restored = UserAttribution.from_bytes(blob, ALL)
     assert restored.impressions == state.impressions and restored.visits == state.visits
     assert UserAttribution.from_bytes(blob, ALL).to_bytes() == blob
@@ -316,7 +316,7 @@ def test_a_version_3_blob_reads_as_last_touch_consumption():
                         "linear": ["i-old", "i-new"], "position_based": ["i-old", "i-new"],
                         "time_decay": ["i-old", "i-new"]}
     assert all(r.goal_value is None and r.trail == ("/a",) for r in rows)
-    # Rewritten, it is a version-4 blob with the same contents.
+    # Rewritten, it is a blob of the current version with the same contents.
     again = UserAttribution.from_bytes(UserAttribution.from_bytes(VERSION_3_BLOB).to_bytes())
     assert again.impressions == UserAttribution.from_bytes(VERSION_3_BLOB).impressions
 

@@ -34,6 +34,7 @@ from attribution.config import MODELS
 from attribution.core import WATERMARK_INFINITY, UserAttribution
 from attribution.events import ts_to_ms
 from attribution.spark.files import data_files, read_events
+from support import conflicting_copy
 
 MINUTE = 60_000
 MINUS_INFINITY = -(2 ** 62)
@@ -160,6 +161,87 @@ def test_open_goals_survive_the_state_blob(groups):
     assert changelog(rows) == changelog(drive(groups, config, MINUTE)[0])
 
 
+# -- rule 1 with revisions: a goal's record replaced by a smaller copy ----------------------------
+
+def _copy(event_id: str, ts: int, **fields) -> Event:
+    kind = "impression" if "impression_id" in fields else "visit"
+    return Event(event_id, "u", kind, ts, **fields)
+
+
+@pytest.mark.parametrize("round_trip", [False, True])
+def test_a_goal_replaced_by_a_smaller_copy_that_is_no_goal_is_retracted_then_revised(round_trip):
+    """Early results emit goal ``g`` (ts 5); a smaller copy of ``g`` that is a plain visit
+    retracts it; a still smaller copy that is a goal emits it again, as the next revision. The
+    revision count is kept while ``g`` is no goal, and forgotten once its copy is final."""
+    config = AttributionConfig(allowed_lateness_ms=100, early_results=True)
+    state = UserAttribution("u", config)
+    steps = [
+        ([_copy("i1", 0, impression_id=1, source_url="s", target_url="/a"),
+          _copy("v1", 1, url="/a", referer="s"),
+          _copy("g", 5, url="/g", referer="/a", is_goal=True)], None, 2),
+        ([_copy("g", 4, url="/g", referer="/a")], 2, 3),
+        ([_copy("g", 3, url="/h", referer="/a", is_goal=True, value=2.0)], 3, 4),
+        ([], 4, 1_000),
+    ]
+    changes = []
+    for k, (events, previous, watermark) in enumerate(steps):
+        if round_trip:
+            state = UserAttribution.from_bytes(state.to_bytes(), config)
+        state.add(events, watermark=previous)
+        changes += [(k, r.goal_url, r.impression_event_id, r.goal_value, r.sign, r.revision,
+                     r.emit_timing) for r in state.advance(watermark)]
+        if k == 1:
+            assert {m: (e.revision, e.rows) for m, e in state.open_goals["g"].items()} == {
+                "last_touch": (0, ())}
+    assert changes == [(0, "/g", "i1", None, 1, 0, "EARLY"),
+                       (1, "/g", "i1", None, -1, 0, "EARLY"),
+                       (2, "/h", "i1", 2.0, 1, 1, "LATE")]
+    assert state.open_goals == {}
+
+
+def test_a_retracted_goal_is_forgotten_once_the_copy_that_replaced_it_is_final():
+    config = AttributionConfig(allowed_lateness_ms=10, early_results=True)
+    state = UserAttribution("u", config)
+    state.add([_copy("g", 50, url="/g", is_goal=True)])
+    assert [(r.sign, r.revision) for r in state.advance(0)] == [(1, 0)]
+    state.add([_copy("g", 20, url="/g")], watermark=0)   # no goal any more
+    assert [(r.sign, r.revision) for r in state.advance(29)] == [(-1, 0)]
+    assert "g" in state.open_goals                        # 20 > 29 - 10: a copy may still come
+    assert state.advance(30) == [] and state.open_goals == {}
+
+
+def test_a_revising_state_wakes_only_when_something_can_happen():
+    """Its pending goal, then the moment the emitted goal becomes final, then its expiry; the
+    watermark's every move only when asked (``every_move``, for one user per key)."""
+    config = AttributionConfig(lookback_ms=60_000, allowed_lateness_ms=1_000)
+    state = UserAttribution("u", config)
+    state.add([Event("v1", "u", "visit", 9_000, url="/a", referer=None),
+               Event("g1", "u", "visit", 10_000, url="/buy", referer="/a", is_goal=True)])
+    assert state.advance(5_000) == [] and state.next_wakeup() == 10_000
+    assert state.next_wakeup(every_move=True) == 5_001
+    [row] = state.advance(10_000)
+    assert (row.revision, row.emit_timing) == (0, "ON_TIME")
+    assert list(state.open_goals) == ["g1"] and state.next_wakeup() == 11_000
+    assert state.advance(10_500) == [] and state.next_wakeup() == 11_000
+    assert state.next_wakeup(every_move=True) == 10_501
+    assert state.advance(11_000) == [] and state.open_goals == {}
+    assert state.next_wakeup() == state.expires_at() == 10_000 + 60_000 + 1_000 + 1
+
+
+def test_the_previous_watermark_given_to_fire_judges_emit_timing():
+    """A state that did not see ``W[k-1]`` (no call in micro-batch ``k-1``) is told it: a goal
+    arriving behind it is LATE, one between it and ``W[k]`` ON_TIME."""
+    config = AttributionConfig(allowed_lateness_ms=10_000)
+    goals = [Event("g1", "u", "visit", 4_000, url="/a", referer=None, is_goal=True),
+             Event("g2", "u", "visit", 8_000, url="/b", referer=None, is_goal=True)]
+    told, guessed = UserAttribution("u", config), UserAttribution("u", config)
+    for state in (told, guessed):
+        state.advance(1_000)  # the last call: W = 1000; W[k-1] = 5000 happened meanwhile
+        state.add(goals)
+    assert [r.emit_timing for r in told.advance(9_000, previous=5_000)] == ["LATE", "ON_TIME"]
+    assert [r.emit_timing for r in guessed.advance(9_000)] == ["ON_TIME", "ON_TIME"]
+
+
 # -- property: random events, arrival orders with late records, watermark steps -------------------
 
 PAGES = ("a", "b", "c")
@@ -169,8 +251,9 @@ SEEN: Counter = Counter()
 
 @st.composite
 def late_runs(draw):
-    """Events of 1-2 users arriving in micro-batches, with random delays that make some records
-    late within and beyond the allowed lateness; returns ``(config, batches, delay)``."""
+    """Events of 1-2 users, with redelivered and conflicting copies, arriving in micro-batches,
+    with random delays that make some records late within and beyond the allowed lateness;
+    returns ``(config, batches, delay)``."""
     models = draw(st.sampled_from((("last_touch",), MODELS)))
     config = AttributionConfig(lookback_ms=draw(st.sampled_from((5, 15, 40))),
                                dedup_window_ms=draw(st.sampled_from((1, 4))), models=models,
@@ -194,6 +277,9 @@ def late_runs(draw):
                                 is_goal=draw(st.booleans()), value=draw(st.sampled_from(
                                     (None, 3.0)))))
     copies = draw(st.lists(st.sampled_from(events), max_size=3))
+    # Copies with other contents, within the lookback of each other (rule 1).
+    copies += [draw(conflicting_copy(e, config.lookback_ms, (None, "c"), (None, 3.0)))
+               for e in draw(st.lists(st.sampled_from(events), max_size=6))]
     arrivals = draw(st.permutations(events + copies))
     cuts = sorted(draw(st.lists(st.integers(0, len(arrivals)), max_size=6)))
     bounds = [0, *cuts, len(arrivals)]
@@ -214,7 +300,9 @@ def run_users(config: AttributionConfig, batches: list, delay: int):
             if previous is None or e.ts > previous - config.allowed_lateness_ms:
                 accepted.append(e)
         for user_id, events in by_user.items():
-            states.setdefault(user_id, UserAttribution(user_id, config)).add(events, previous)
+            result = states.setdefault(user_id, UserAttribution(user_id, config)).add(events,
+                                                                                      previous)
+            SEEN["copies that replaced a larger one held"] += result.replaced
         fire_at = MINUS_INFINITY if watermark is None else watermark
         changes.append([r for s in states.values() for r in s.advance(fire_at)])
         previous = watermark
@@ -252,11 +340,15 @@ def test_the_changelog_nets_to_the_oracle_over_the_accepted_records(run):
     SEEN["runs with a LATE row"] += any(r.emit_timing == "LATE" for rows in changes for r in rows)
     SEEN["runs with an EARLY row"] += any(r.emit_timing == "EARLY" for rows in changes for r in rows)
     SEEN["runs that dropped a record"] += len(accepted) < sum(map(len, batches))
+    emitted_goals = {r.goal_event_id for rows in changes for r in rows}
+    final_goals = {r.goal_event_id for r in attribute_batch(accepted, config)}
+    SEEN["runs where an emitted goal's record became no goal"] += bool(emitted_goals - final_goals)
 
 
 def test_the_property_saw_every_kind_of_revision():
     """The property above must not pass by only ever seeing trivial runs."""
     for situation in ("runs with a retraction", "runs with a LATE row", "runs with an EARLY row",
-                      "runs that dropped a record"):
+                      "runs that dropped a record", "copies that replaced a larger one held",
+                      "runs where an emitted goal's record became no goal"):
         assert SEEN[situation] >= 5, (situation, SEEN)
     # (Two revisions of one goal: the chapter 7 changelogs above have them.)

@@ -6,6 +6,9 @@ is about calendar days.
 """
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
 
 from attribution import AttributionConfig, Event, attribute_batch
@@ -19,17 +22,20 @@ SEARCH = "http://search.example/?q=shoes"
 OTHER_SEARCH = "http://other.example/?q=shoes"
 
 
-def visit(event_id: str, ts: int, url: str, referer: str | None = None, goal: bool = False) -> Event:
-    return Event(event_id, USER, "visit", ts, url=url, referer=referer, is_goal=goal)
+def visit(event_id: str, ts: int, url: str, referer: str | None = None, goal: bool = False,
+          value: float | None = None) -> Event:
+    return Event(event_id, USER, "visit", ts, url=url, referer=referer, is_goal=goal, value=value)
 
 
-def goal(event_id: str, ts: int, url: str, referer: str | None = None) -> Event:
-    return visit(event_id, ts, url, referer, goal=True)
+def goal(event_id: str, ts: int, url: str, referer: str | None = None,
+         value: float | None = None) -> Event:
+    return visit(event_id, ts, url, referer, goal=True, value=value)
 
 
-def click(event_id: str, ts: int, impression_id: int, target: str, source: str = SEARCH) -> Event:
+def click(event_id: str, ts: int, impression_id: int, target: str, source: str = SEARCH,
+          campaign: str | None = None) -> Event:
     return Event(event_id, USER, "impression", ts, impression_id=impression_id,
-                 source_url=source, target_url=target)
+                 source_url=source, target_url=target, campaign=campaign)
 
 
 def attribute(events, config: AttributionConfig = AttributionConfig()):
@@ -57,53 +63,185 @@ def test_redelivered_records_count_once():
     assert [(r.goal_event_id, r.impression_event_id, r.trail) for r in rows] == [("g1", "i1", ("/a",))]
 
 
-@pytest.mark.parametrize("first_url, expected", [("/a", ("i1", ("/a",))), ("/zzz", (None, ()))])
-def test_first_copy_of_a_visit_wins_even_when_the_copy_differs(first_url, expected):
-    other_url = "/zzz" if first_url == "/a" else "/a"
-    events = [click("i1", 0, 1, "/a"),
-              visit("v1", 1, first_url, SEARCH), visit("v1", 1, other_url, SEARCH),
-              goal("g1", 2, "/g", "/a")]
-    assert credited(events) == {"g1": expected}
+def both_orders(events: list) -> list:
+    """``events`` in the order given and reversed: copies of one record arrive either way round."""
+    return [events, events[::-1]]
 
 
-def test_first_copy_of_an_impression_wins_even_when_the_copy_differs():
-    events = [click("i1", 0, 111, "/a"), click("i1", 0, 999, "/a"),
-              visit("v1", 1, "/a", SEARCH), goal("g1", 2, "/g", "/a")]
+@pytest.mark.parametrize("first", [0, 1], ids=["smaller-first", "smaller-last"])
+def test_the_smallest_copy_of_a_visit_wins_whichever_arrives_first(first):
+    # Equal ts, so the url decides: "/a" is smaller than "/zzz", and only "/a" follows the click.
+    copies = both_orders([visit("v1", 1, "/a", SEARCH), visit("v1", 1, "/zzz", SEARCH)])[first]
+    events = [click("i1", 0, 1, "/a"), *copies, goal("g1", 2, "/g", "/a")]
+    assert credited(events) == {"g1": ("i1", ("/a",))}
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["smaller-first", "smaller-last"])
+def test_the_smallest_copy_of_an_impression_wins_whichever_arrives_first(first):
+    copies = both_orders([click("i1", 0, 111, "/a"), click("i1", 0, 999, "/a")])[first]
+    events = [*copies, visit("v1", 1, "/a", SEARCH), goal("g1", 2, "/g", "/a")]
     assert attribute(events)["g1"].impression_id == 111
 
 
-def test_a_record_id_cannot_be_reused_by_a_later_record_of_another_type():
-    events = [click("x", 0, 1, "/a"), visit("x", 1, "/a", SEARCH), goal("g1", 2, "/g", "/a")]
-    assert credited(events) == {"g1": (None, ())}  # the visit "x" is a copy of the click "x"
+@pytest.mark.parametrize("first", [0, 1], ids=["smaller-first", "smaller-last"])
+def test_the_earlier_copy_wins_before_any_other_field(first):
+    # The copy at ts 1 has the larger url, yet the earlier ts decides.
+    copies = both_orders([visit("v1", 1, "/zzz", SEARCH), visit("v1", 2, "/a", SEARCH)])[first]
+    events = [click("i1", 0, 1, "/a"), *copies, goal("g1", 3, "/g", "/a")]
+    assert credited(events) == {"g1": (None, ())}
+    state = UserAttribution(USER)
+    result = [state.add([e]) for e in copies]
+    assert [(r.accepted, r.duplicates, r.replaced) for r in result] == (
+        [(1, 0, 0), (0, 1, 0)] if first == 0 else [(1, 0, 0), (1, 0, 1)])
+    assert state.visits["v1"].url == "/zzz"
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["click-first", "visit-first"])
+def test_a_record_id_shared_by_a_click_and_a_visit_is_one_record(first):
+    # The click is earlier, so the visit "x" is its copy and there is no visit to "/a".
+    copies = both_orders([click("x", 0, 1, "/a"), visit("x", 1, "/a", SEARCH)])[first]
+    assert credited([*copies, goal("g1", 2, "/g", "/a")]) == {"g1": (None, ())}
+    # At equal ts the type decides: "impression" comes before "visit".
+    copies = both_orders([click("x", 1, 1, "/a"), visit("x", 1, "/a", SEARCH)])[first]
+    state = UserAttribution(USER)
+    state.add(copies)
+    assert (list(state.visits), [i.event_id for i in state.impressions.values()]) == ([], ["x"])
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["goal-first", "visit-first"])
+def test_a_goal_copy_loses_to_a_smaller_copy_that_is_no_goal(first):
+    # is_goal false comes before true: the record is a plain visit and no goal fires for it.
+    copies = both_orders([visit("g1", 2, "/g", "/a"), goal("g1", 2, "/g", "/a")])[first]
+    events = [click("i1", 0, 1, "/a"), visit("v1", 1, "/a", SEARCH), *copies]
+    assert attribute(events) == {}
+
+
+@pytest.mark.parametrize("values, kept", [((5.0, 3.0), 3.0), ((None, 1.0), None),
+                                          ((0.0, -0.0), -0.0)])
+def test_goal_copies_that_differ_in_value_keep_the_smallest_value(values, kept):
+    for copies in both_orders([goal("g1", 2, "/g", "/a", value=v) for v in values]):
+        row = attribute([click("i1", 0, 1, "/a"), visit("v1", 1, "/a", SEARCH), *copies])["g1"]
+        assert row.goal_value == kept and str(row.goal_value) == str(kept)
+
+
+def test_the_copy_order_is_ts_then_type_then_the_fields_in_schema_order():
+    from attribution.core import copy_order
+    from attribution.paths import Impression, Visit
+
+    ordered = [
+        Impression("x", 9, 1, "s", "t"),                      # the smallest ts first
+        Impression("x", 1, 2, "z", "z"),                      # impression_id before the urls
+        Impression("x", 2, 2, "a", "z"),                      # then source_url
+        Impression("x", 2, 2, "b", "a"),
+        Impression("x", 2, 2, "b", "b", campaign=None),       # a missing campaign first
+        Impression("x", 2, 2, "b", "b", campaign="c"),
+        Visit("x", 2, "/a", "/z"),                            # impression before visit
+        Visit("x", 2, "/b", None),                            # url before referer
+        Visit("x", 2, "/b", "/a"),                            # a missing referer first
+        Visit("x", 2, "/b", "/a", True, True, None),          # false before true
+        Visit("x", 2, "/b", "/a", True, True, -1.0),          # a missing value first
+        Visit("x", 2, "/b", "/a", True, True, -0.0),
+        Visit("x", 2, "/b", "/a", True, True, 0.0),           # -0.0 before 0.0
+    ]
+    keys = [copy_order(r) for r in ordered]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    # Pending or consumed marks are state, not part of the record.
+    assert copy_order(Visit("x", 2, "/b", "/a", True, False)) == keys[9]
+    assert copy_order(Impression("x", 2, 2, "b", "a", consumed=3)) == keys[3]
+
+
+def test_a_replaced_canonical_click_hands_its_logical_impression_to_the_next_member():
+    # "a" and "b" are one logical impression, "a" canonical. A smaller copy of "a" targets
+    # another page: "b" becomes canonical for "/t" and is credited.
+    clicks = [click("a", 5, 1, "/t"), click("b", 6, 2, "/t"), click("a", 4, 1, "/u")]
+    rest = [visit("v", 7, "/t", SEARCH), goal("g", 8, "/x", "/t")]
+    for arrivals in itertools.permutations(clicks):
+        assert credited([*arrivals, *rest]) == {"g": ("b", ("/t",))}
+        state = UserAttribution(USER)
+        state.add([*arrivals, *rest])
+        assert sorted(i.event_id for i in state.impressions.values()) == ["a", "b"]
+        assert state.superseded == {}
+
+
+def test_a_smaller_copy_of_a_superseded_click_can_become_canonical():
+    clicks = [click("a", 5, 1, "/t"), click("b", 6, 2, "/t"), click("b", 3, 2, "/t")]
+    rest = [visit("v", 7, "/t", SEARCH), goal("g", 8, "/x", "/t")]
+    for arrivals in itertools.permutations(clicks):
+        assert credited([*arrivals, *rest]) == {"g": ("b", ("/t",))}
+
+
+def test_any_arrival_order_of_conflicting_copies_gives_the_same_rows():
+    """Every order of a user's records, copies that differ in every way included, gives the rows
+    of one order, and those are the rows of the smallest copy of each record."""
+    smallest = [click("i1", 0, 1, "/a", campaign="c1"), click("i2", 1, 2, "/a"),
+                visit("v1", 2, "/a", SEARCH), goal("g1", 4, "/g", "/a", value=1.0)]
+    larger = [click("i1", 0, 1, "/a", campaign="c2"), visit("i2", 1, "/a", SEARCH),
+              visit("v1", 3, "/a", SEARCH), goal("g1", 4, "/h", "/a", value=0.5)]
+    config = AttributionConfig(models="all")
+    expected = attribute_batch(smallest, config)
+    assert (expected[0].impression_event_id, expected[0].impression_campaign,
+            expected[0].goal_url, expected[0].goal_value) == ("i1", "c1", "/g", 1.0)
+    rng = random.Random(7)
+    for _ in range(300):
+        arrivals = smallest + larger
+        rng.shuffle(arrivals)
+        assert attribute_batch(arrivals, config) == expected, arrivals
 
 
 @pytest.mark.parametrize("clicks", [
     [click("a", 5, 1, "/t"), click("b", 6, 2, "/t")],   # "b" arrives as a click-spam copy
     [click("b", 6, 2, "/t"), click("a", 5, 1, "/t")],   # "b" is canonical, then superseded
 ], ids=["superseded-on-arrival", "superseded-later"])
-def test_first_copy_counts_even_when_it_was_a_superseded_click(clicks):
-    # The first record with id "b" is a click. The later visit "b" is a copy of it and must be
-    # dropped, so no visit to "/t" precedes the goal and the goal is organic.
-    events = clicks + [visit("b", 7, "/t", SEARCH), goal("g", 8, "/x", "/t")]
+@pytest.mark.parametrize("visit_first", [False, True])
+def test_a_superseded_click_still_wins_over_a_larger_copy(clicks, visit_first):
+    # The click "b" (ts 6) is smaller than the visit "b" (ts 7): the visit is dropped, however
+    # they arrive, so no visit to "/t" precedes the goal and the goal is organic.
+    reuse = [visit("b", 7, "/t", SEARCH)]
+    events = (reuse + clicks if visit_first else clicks + reuse) + [goal("g", 8, "/x", "/t")]
     assert credited(events) == {"g": (None, ())}
 
 
 @pytest.mark.parametrize("round_trip", ["to_bytes", "restore"])
-def test_superseded_ids_survive_the_state_and_leave_with_their_bucket(round_trip):
+def test_superseded_clicks_survive_the_state_and_leave_with_their_bucket(round_trip):
     config = AttributionConfig(lookback_ms=100, dedup_window_ms=10)
     state = UserAttribution(USER, config)
     state.add([click("a", 5, 1, "/t"), click("b", 6, 2, "/t")])
-    assert state.superseded == {"b": 0}
+    assert {k: (m.ts, m.impression_id) for k, m in state.superseded.items()} == {"b": (6, 2)}
     if round_trip == "to_bytes":
         state = UserAttribution.from_bytes(state.to_bytes(), config)
     else:
-        state = UserAttribution.restore(USER, state.visits.values(), state.impressions.values(),
-                                        config=config, superseded=state.superseded)
+        state = UserAttribution.restore(USER, state.visits.values(),
+                                        [*state.impressions.values(), *state.superseded.values()],
+                                        config=config)
+    assert {k: (m.ts, m.impression_id) for k, m in state.superseded.items()} == {"b": (6, 2)}
     assert state.add([visit("b", 7, "/t", SEARCH)]).duplicates == 1
     state.gc(109)   # the bucket [0, 10) ends at 10 <= 109 - 100: not yet
-    assert state.superseded == {"b": 0}
+    assert set(state.superseded) == {"b"}
     state.gc(110)
     assert state.superseded == {} and state.is_empty
+
+
+def test_a_superseded_id_of_a_version_4_state_keeps_its_copy():
+    """A version-4 blob kept a superseded click's id and dedup bucket only: that id keeps the
+    copy it has (every later copy is dropped, as version 4's rule did), the rest of the state
+    follows rule 1, and the id leaves with its bucket."""
+    import pickle
+
+    config = AttributionConfig(lookback_ms=100, dedup_window_ms=10)
+    blob = bytes([4]) + pickle.dumps((
+        USER, None, [],
+        [("a", 1, 5, SEARCH, "/t", 0, None)],
+        [("b", 0)],
+        []), protocol=5)
+    state = UserAttribution.from_bytes(blob, config)
+    assert state.superseded == {"b": 0}
+    result = state.add([click("b", 1, 2, "/t"), click("a", 4, 1, "/t")])
+    assert (result.duplicates, result.replaced) == (1, 1)   # "b" kept its copy; "a" replaced
+    again = UserAttribution.from_bytes(state.to_bytes(), config)
+    assert again.to_bytes()[0] == STATE_VERSION and again.superseded == {"b": 0}
+    assert [i.ts for i in again.impressions.values()] == [4]
+    again.gc(110)
+    assert again.superseded == {} and again.is_empty
 
 
 def test_a_version_1_state_blob_still_reads():

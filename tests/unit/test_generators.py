@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import fastavro
@@ -19,7 +20,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from attribution.config import DEFAULT_WATERMARK_DELAY, MS_PER_DAY, parse_duration_ms
+from attribution.config import (
+    DEFAULT_HALF_LIFE,
+    DEFAULT_WATERMARK_DELAY,
+    MODELS,
+    MS_PER_DAY,
+    parse_duration_ms,
+)
 from attribution.events import parse_event, ts_to_ms
 from attribution.oracle import attribute_batch
 from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA
@@ -32,6 +39,7 @@ from generators.disorder import late_event_ids, late_event_ids_in_dir
 from generators.params import GeneratorParams, duration_ms
 from generators.site import LINK, SEARCH, build_site, forward_links, link_graph
 from generators.stream import EventStream, Position
+from generators.truth import read_truth
 from generators.writers import atomic_write, part_name
 from support import ROOT
 
@@ -88,15 +96,25 @@ def test_default_params_come_from_the_attribution_config():
 
 
 def test_truth_equals_the_oracle_over_the_files_read_back(default_run, default_events):
-    expected = attribute_batch(default_events, default_run.dataset.params.attribution_config())
+    config = default_run.dataset.params.attribution_config()
+    assert config.models == MODELS and config.half_life_ms == parse_duration_ms(DEFAULT_HALF_LIFE)
+    expected = attribute_batch(default_events, config)
     truth = read_attribution_rows(default_run.truth_path)
-    assert len(truth) == default_run.manifest["counts"]["goals"] > 100
+    # Every model's rows: one last_touch row per goal, and the rest of the oracle's rows.
+    assert {r.model for r in truth} == set(MODELS)
+    assert len(read_truth(default_run.truth_path)) == default_run.manifest["counts"]["goals"] > 100
     assert truth == expected
+    for model in MODELS:
+        assert [r for r in truth if r.model == model] == attribute_batch(
+            default_events, replace(config, models=(model,)))
+    entry = default_run.manifest["truth"]
+    assert entry["models"] == list(MODELS) and entry["half_life"] == DEFAULT_HALF_LIFE
+    assert entry["half_life_ms"] == config.half_life_ms and entry["rows"] == len(truth)
 
 
 def test_every_behaviour_appears_in_the_default_run(default_run, default_events):
     events = [e for e in default_events if e.event_type != "heartbeat"]
-    truth = read_attribution_rows(default_run.truth_path)
+    truth = read_truth(default_run.truth_path)
     visits = [e for e in events if e.event_type == "visit"]
     impressions = [e for e in events if e.event_type == "impression"]
     search_urls = {e.source_url for e in impressions}
@@ -544,11 +562,12 @@ def test_truth_shares_run_in_the_pool_and_give_the_oracle_s_rows(tmp_path):
             return super().submit(fn, *args, **kwargs)
 
     with CountingPool(2) as pool:
-        table = compute_truth(run.events_dir, "avro", params.attribution_config(), pool, 3)
+        shared = compute_truth(run.events_dir, "avro", params.attribution_config(), pool, 3)
     assert CountingPool.submitted == 2  # two of the three ranges went to the pool
-    assert table.num_rows > 50 and table.equals(expected)
+    assert shared.table.num_rows > 50 and shared.table.equals(expected)
     alone = compute_truth(run.events_dir, "avro", params.attribution_config())
-    assert alone.equals(expected)
+    assert alone.table.equals(expected)
+    assert shared.multi_candidate == alone.multi_candidate
 
 
 @pytest.mark.parametrize("fmt", ["json", "parquet"])

@@ -70,6 +70,11 @@ def test_generate_through_the_cli(tmp_path, capsys):
     assert manifest["params"]["max_delay"] == "30s" and manifest["params"]["users"] == 60
     assert [p.name for p in data_files(out / "events")] == [f"part-{i:05d}.parquet" for i in range(5)]
     assert (out / "truth" / "attributions.parquet").exists() and not (out / "skew.png").exists()
+    # The truth's models and the goals with several candidates, per model, as in the manifest.
+    truth = manifest["truth"]
+    assert f"goals under 5 models (half-life {truth['half_life']})" in printed
+    multi = ", ".join(f"{n:,} {m}" for m, n in truth["multi_candidate_goals"].items())
+    assert f"goals with 2 or more candidate impressions: {multi}\n" in printed
 
 
 @pytest.mark.parametrize("argv,message", [

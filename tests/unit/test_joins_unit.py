@@ -74,6 +74,16 @@ def test_durations_accept_text_ms_and_negative_offsets_only_where_allowed():
         duration_ms("soon", "watermark_delay")
 
 
+@pytest.mark.parametrize("ms,text", [(0.5, "0.5 ms"), (1500, "1.5 s"), (120_000, "2 min"),
+                                     (-90_000, "-1.5 min"), (27_372_984_247, "317 days"),
+                                     (999.6 * 86_400_000, "1000 days"),
+                                     (1.1e15, "12731481 days")])
+def test_formatted_durations_keep_three_digits_and_never_use_an_exponent(ms, text):
+    from joins.durations import format_duration_ms
+
+    assert format_duration_ms(ms) == text
+
+
 @pytest.mark.parametrize("how,canonical", [("inner", "inner"), ("left", "left_outer"),
                                            ("LEFT-OUTER", "left_outer"), ("outer", "full_outer"),
                                            ("semi", "left_semi"), ("rightouter", "right_outer")])

@@ -5,6 +5,7 @@ or batch writer (``support.write_batch_output``); tests/spark checks the same on
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 
@@ -12,13 +13,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from attribution.schema import OUTPUT_FIELDS, PARTITION_COLUMN
 from attribution.spark.output import (
+    BACKFILL_MARKER,
     NotAttributionOutput,
     committed_files,
     read_attribution_rows,
     read_attributions,
 )
-from support import attribution_record, write_batch_output, write_sink_output
+from support import (
+    attribution_record,
+    write_batch_output,
+    write_partitioned_batch_output,
+    write_sink_output,
+)
 
 HOUR = 3_600_000
 # Spec sections 7 and 8: the columns' values when their features are off.
@@ -163,3 +171,72 @@ def test_what_is_not_attribution_output_is_refused(tmp_path, case, message):
         write_sink_output(out, batches(2))[1].unlink()
     with pytest.raises(NotAttributionOutput, match=message):
         read_attributions(out)
+
+
+DAY = 24 * HOUR
+# Goals either side of UTC midnights, one before 1970: each belongs to the date it falls on.
+DATED_GOALS = {"g-first-ms": (0, dt.date(1970, 1, 1)), "g-last-ms": (DAY - 1, dt.date(1970, 1, 1)),
+               "g-next-day": (DAY, dt.date(1970, 1, 2)),
+               "g-before-1970": (-1, dt.date(1969, 12, 31))}
+
+
+def dated_records() -> list[dict]:
+    return [attribution_record(goal, ms, impression=n)
+            for n, (goal, (ms, _)) in enumerate(DATED_GOALS.items())]
+
+
+def goal_dates(frame) -> dict:
+    return dict(zip(frame["goal_event_id"], frame[PARTITION_COLUMN]))
+
+
+def test_goal_date_is_the_utc_date_of_goal_ts_last_in_every_layout(tmp_path):
+    expected = {goal: day for goal, (_, day) in DATED_GOALS.items()}
+    write_batch_output(tmp_path / "flat", dated_records())
+    write_partitioned_batch_output(tmp_path / "partitioned", dated_records())
+    flat_part = next((tmp_path / "flat").glob("part-*"))
+    for source in (tmp_path / "flat", tmp_path / "partitioned", flat_part):
+        frame = read_attributions(source)
+        assert list(frame.columns) == [*OUTPUT_FIELDS, PARTITION_COLUMN], source
+        assert goal_dates(frame) == expected, source
+    # The directories the rows sit in are named by the same date.
+    for part in committed_files(tmp_path / "partitioned"):
+        days = set(read_attributions(part)[PARTITION_COLUMN])
+        assert part.parent.name == f"{PARTITION_COLUMN}={days.pop().isoformat()}" and not days
+    empty = tmp_path / "empty"
+    (empty / "_spark_metadata").mkdir(parents=True)
+    assert list(read_attributions(empty).columns) == [*OUTPUT_FIELDS, PARTITION_COLUMN]
+
+
+def test_a_partitioned_streaming_output_is_read_through_its_log(tmp_path):
+    parts = write_sink_output(tmp_path, [[r] for r in dated_records()], partitioned=True)
+    assert len({p.parent for p in parts}) == 3 and all(p.parent != tmp_path for p in parts)
+    # A killed micro-batch's leftovers inside a partition directory are not output.
+    shutil.copy(parts[0], parts[0].parent / "part-00000-uncommitted-c000.snappy.parquet")
+    (parts[1].parent / "part-00001-killed-c000.snappy.parquet").write_bytes(b"")
+    assert committed_files(tmp_path) == parts
+    assert sorted(read_attributions(tmp_path)["goal_event_id"]) == sorted(DATED_GOALS)
+
+
+def test_a_partitioned_batch_output_counts_its_partitions_only_with_success(tmp_path):
+    parts = write_partitioned_batch_output(tmp_path, dated_records())
+    # A write in progress: a task's files under _temporary, a dynamic overwrite's staging
+    # directory; neither is output.
+    for hidden in ("_temporary/0/goal_date=1970-01-03", ".spark-staging-0f1e/goal_date=1970-01-01"):
+        shutil.copytree(parts[0].parent, tmp_path / hidden)
+    assert committed_files(tmp_path) == parts
+    assert sorted(read_attributions(tmp_path)["goal_event_id"]) == sorted(DATED_GOALS)
+    (tmp_path / "_SUCCESS").unlink()
+    with pytest.raises(NotAttributionOutput, match="neither a streaming file sink's"):
+        read_attributions(tmp_path)
+
+
+def test_an_output_being_backfilled_is_refused_until_its_success_marker_is_back(tmp_path):
+    write_partitioned_batch_output(tmp_path, dated_records())
+    (tmp_path / "_SUCCESS").unlink()
+    (tmp_path / BACKFILL_MARKER).write_text('{"goals_from": "1970-01-01", "goals_to": '
+                                            '"1970-01-02"}\n')
+    with pytest.raises(NotAttributionOutput, match="is being backfilled, or a backfill of it "
+                                                   "stopped before it finished .*1970-01-02"):
+        read_attributions(tmp_path)
+    (tmp_path / "_SUCCESS").write_text("")  # what the backfill writes once it has finished
+    assert len(read_attributions(tmp_path)) == len(DATED_GOALS)

@@ -21,6 +21,9 @@ from attribution.schema import (
     EVENT_TYPES,
     OUTPUT_FIELDS,
     OUTPUT_SCHEMA,
+    PARTITION_COLUMN,
+    PARTITION_FIELD,
+    PARTITION_SOURCE,
 )
 from attribution.spark.types import arrow_schema, pandas_dtypes, spark_ddl, spark_struct
 
@@ -141,6 +144,14 @@ def test_arrow_schema_uses_microsecond_utc_timestamps_and_the_avro_nullability(s
         assert field.nullable == nullable, name
     timestamps = [f for f in arrow if pa.types.is_timestamp(f.type)]
     assert timestamps and all(f.type.unit == "us" and f.type.tz == "UTC" for f in timestamps)
+
+
+def test_the_partition_column_is_a_date_derived_from_an_output_field_it_is_not():
+    assert (PARTITION_COLUMN, PARTITION_SOURCE) == ("goal_date", "goal_ts")
+    assert PARTITION_SOURCE in OUTPUT_FIELDS and PARTITION_COLUMN not in OUTPUT_FIELDS
+    partition = {"fields": [PARTITION_FIELD]}
+    assert spark_struct(partition).fields[0].dataType == T.DateType()
+    assert arrow_schema(partition).field(PARTITION_COLUMN).type == pa.date32()
 
 
 def test_records_of_the_core_are_valid_avro():

@@ -80,7 +80,9 @@ def test_state_is_declared_and_written_once_per_batch(ch7_dir):
     visits = tester.peekListState("visits", "UserX")
     impressions = tester.peekListState("impressions", "UserX")
     assert len(visits) == 7
-    assert {i[0] for i in impressions} == {"i-123", "i-456", "i-000"}  # i-789 is a spam copy
+    # i-789 is a click-spam member of i-456's logical impression, kept whole beside it (rule 1
+    # judges a later copy of it by its contents).
+    assert {i[0] for i in impressions} == {"i-123", "i-456", "i-789", "i-000"}
     assert tester.peekValueState("wakeup", "UserX") == (_ms("12:01:30"), _ms("12:01:30"))
 
     rows = tester.setWatermark(_ms("12:05:00"))
@@ -145,9 +147,10 @@ def test_other_models_campaigns_and_values_are_declared_and_survive_calls():
     assert ("g1", "linear", "i1", "spring", 40.0, 20.0) in rows
 
 
-def test_a_superseded_click_id_is_remembered_across_calls():
-    """Rule 1 across micro-batches: the click-spam copy "b" is dropped, its id is kept in the
-    ``superseded`` list, and a later visit reusing that id is dropped as well."""
+def test_a_superseded_click_is_remembered_across_calls():
+    """Rule 1 across micro-batches: the click-spam member "b" is kept whole in the
+    ``impressions`` list beside its canonical "a", so a later, larger copy of "b" (a visit) is
+    dropped, and a smaller one replaces it, with the lists rewritten."""
     from attribution.events import Event
 
     search = "http://search.example/"
@@ -157,8 +160,39 @@ def test_a_superseded_click_id_is_remembered_across_calls():
              Event("g", "u", "visit", 8_000, url="/x", referer="/t", is_goal=True)]
     tester = _tester()
     assert tester.test("u", [_row(e) for e in clicks]) == [users_change_row(1)]
-    assert tester.peekListState("superseded", "u") == [("b", 0)]
+    assert tester.peekListState("impressions", "u") == [
+        ("a", 1, 5_000, search, "/t"), ("b", 2, 6_000, search, "/t")]
+    assert tester.peekListState("superseded", "u") == []
     assert tester.test("u", [_row(e) for e in reuse]) == []
     assert [v[0] for v in tester.peekListState("visits", "u")] == ["g"]
+    # A copy of "b" earlier than "a": it replaces "b" and becomes the canonical click.
+    smaller = Event("b", "u", "impression", 4_000, impression_id=2, source_url=search,
+                    target_url="/t", campaign="c")
+    assert tester.test("u", [_row(smaller)]) == []
+    assert sorted(tester.peekListState("impressions", "u")) == [
+        ("a", 1, 5_000, search, "/t"), ("b", 2, 4_000, search, "/t")]
+    assert tester.peekListState("campaigns", "u") == [("b", "c")]
     rows = tester.setWatermark(9_000)
-    assert [(r.goal_event_id, r.impression_id) for r in rows] == [("g", None)]
+    assert [(r.goal_event_id, r.impression_event_id, r.impression_campaign) for r in rows] == [
+        ("g", None, None)]
+
+
+def test_superseded_ids_of_an_earlier_layout_keep_their_copy_and_leave_with_their_bucket():
+    """A declared state of an earlier layout listed a superseded click by id and dedup bucket
+    only: that id keeps the copy it has, and the entry goes when garbage collection drops the
+    bucket."""
+    from attribution.events import Event
+
+    config = AttributionConfig.from_strings(lookback="1 minute", dedup_window="1 minute")
+    tester = _tester(config)
+    search = "http://search.example/"
+    a = Event("a", "u", "impression", 5_000, impression_id=1, source_url=search, target_url="/t")
+    tester.test("u", [_row(a)])
+    tester.updateListState("superseded", "u", [("b", 0)])
+    copy = Event("b", "u", "impression", 1_000, impression_id=2, source_url=search,
+                 target_url="/t")
+    tester.test("u", [_row(copy)])
+    assert [i[0] for i in tester.peekListState("impressions", "u")] == ["a"]
+    assert tester.peekListState("superseded", "u") == [("b", 0)]
+    tester.setWatermark(2 ** 53)
+    assert tester.peekListState("superseded", "u") == []
