@@ -122,7 +122,9 @@ def _stateful_tasks(event_log_dir: Path) -> tuple[Counter, set[str]]:
     state store's metrics each executor ran, and the executors the application had."""
     tasks: Counter = Counter()
     executors: set[str] = set()
-    for log in event_log_dir.iterdir():
+    logs = [p for p in event_log_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
+    assert logs, f"no event log in {event_log_dir}"
+    for log in logs:
         for line in log.read_text().splitlines():
             event = json.loads(line)
             if event["Event"] == "SparkListenerExecutorAdded":
@@ -220,6 +222,9 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                 "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
                 "--conf", "spark.driver.bindAddress=127.0.0.1",
                 "--conf", "spark.eventLog.enabled=true",
+                # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
+                "--conf", "spark.eventLog.rolling.enabled=false",
+                "--conf", "spark.eventLog.compress=false",
                 "--conf", f"spark.eventLog.dir={(tmp_path / backend / 'events').as_uri()}",
                 str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
                 "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
