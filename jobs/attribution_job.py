@@ -36,11 +36,18 @@ from attribution.config import (
 )
 from attribution.spark import backfill
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
-from attribution.spark.checkpoint import CheckpointMismatch, pin_state_layout, state_users_at_start
+from attribution.spark.checkpoint import (
+    CheckpointMismatch,
+    needs_shuffle_partitions,
+    pin_state_layout,
+    shuffle_partitions_of,
+    state_users_at_start,
+)
 from attribution.spark.late_records import audit as audit_late_records
 from attribution.spark.layout import DETECTED_DATE, GOAL_DATE, by_date, is_flat
 from attribution.spark.pipeline import (
     BACKENDS,
+    BUCKETS_PER_SHUFFLE_PARTITION,
     DEFAULT_BACKEND,
     DEFAULT_STATE_BUCKETS,
     DEFAULT_TWS_STATE,
@@ -51,6 +58,7 @@ from attribution.spark.pipeline import (
     attribution_stream,
     metric_name,
     output_metrics,
+    state_buckets_for,
     users_counted_by_change,
 )
 from attribution.spark.validation import (
@@ -134,12 +142,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "everything once, watermark at +infinity (default: %(default)s)")
     parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                         help="stateful operator for stream mode (default: %(default)s)")
-    parser.add_argument("--state-buckets", type=int, default=DEFAULT_STATE_BUCKETS, metavar="N",
+    parser.add_argument("--state-buckets", type=_state_buckets, default=None, metavar="N|auto",
                         help="applyInPandasWithState only: key Spark's state by N hash buckets "
                              "of user_id (each bucket holds its users' state blobs and one "
                              "timer, so Spark's per-key cost is paid per bucket); 0 keys it by "
-                             "user_id, one blob and one timer per user. Fixed by the first run "
-                             "of a checkpoint (default: %(default)s)")
+                             "user_id, one blob and one timer per user. 'auto' (the default): "
+                             f"{BUCKETS_PER_SHUFFLE_PARTITION} per shuffle partition for a new "
+                             f"checkpoint (at most {MAX_ALIGNED_BUCKETS}), so the stateful stage "
+                             "uses every core of the cluster; a checkpoint keeps the count its "
+                             f"first run chose ({DEFAULT_STATE_BUCKETS} for a remote checkpoint, "
+                             "which cannot record it)")
     parser.add_argument("--tws-state", choices=TWS_STATE_LAYOUTS, default=DEFAULT_TWS_STATE,
                         help="transformWithState only: 'compact' keeps one value per user (the "
                              "core's blob and its timer); 'declared' keeps list states of visits "
@@ -233,9 +245,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "--mode batch")
     if not Path(args.events).is_dir() and "://" not in args.events:
         parser.error(f"--events {args.events!r} is not a directory")
-    if not 0 <= args.state_buckets <= MAX_ALIGNED_BUCKETS:
-        parser.error(f"--state-buckets must be 0 to {MAX_ALIGNED_BUCKETS} (0 keys the state by "
-                     "user_id)")
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
     if args.config.revising and args.backend == "transformWithState" \
@@ -257,13 +266,58 @@ def dead_letter_checkpoint(args) -> str:
     return args.checkpoint.rstrip("/") + "/dead-letter"
 
 
-def pin_checkpoint(args) -> None:
+def _state_buckets(text: str) -> Optional[int]:
+    """``--state-buckets``: ``auto`` (``None``) or a count from 0 to ``MAX_ALIGNED_BUCKETS``."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        buckets = int(text)
+    except ValueError:
+        buckets = -1
+    if not 0 <= buckets <= MAX_ALIGNED_BUCKETS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'auto' or a bucket count from 0 to {MAX_ALIGNED_BUCKETS} (0 keys "
+            "the state by user_id)")
+    return buckets
+
+
+def pin_checkpoint(args, shuffle_partitions: Optional[int] = None) -> None:
     """Check the checkpoint's record of input and state layout (``pin_state_layout``), and
-    set ``args.bucket_keys``. Idempotent: ``main`` calls it before Spark starts, ``run`` for
-    callers that skip ``main``."""
-    args.bucket_keys = pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
-                                        args.tws_state, args.config, events=args.events,
-                                        input_format=args.format)
+    set ``args.state_buckets`` (the count, ``auto`` resolved) and ``args.bucket_keys``.
+    Idempotent: ``main`` calls it before Spark starts, ``run`` for callers that skip ``main``.
+    A new checkpoint with ``--state-buckets auto`` needs the query's shuffle partitions
+    (``--shuffle-partitions``, or ``shuffle_partitions`` once Spark runs); without them
+    nothing is pinned yet (there is nothing to check either).
+    """
+    shuffle_partitions = shuffle_partitions or args.shuffle_partitions
+    if not hasattr(args, "state_buckets_asked"):
+        args.state_buckets_asked = args.state_buckets
+    if shuffle_partitions is None and needs_shuffle_partitions(args.checkpoint, args.backend,
+                                                               args.state_buckets_asked):
+        return
+    args.state_buckets, args.bucket_keys = pin_state_layout(
+        args.checkpoint, args.backend, args.state_buckets_asked, args.tws_state, args.config,
+        events=args.events, input_format=args.format, shuffle_partitions=shuffle_partitions)
+
+
+def bucket_warnings(state_buckets: int, shuffle_partitions: int) -> list[str]:
+    """Why a bucket count holds the stateful stage back on ``shuffle_partitions`` partitions:
+    fewer buckets than partitions leave partitions without state work; a count that the
+    partitions do not divide gives some partitions a bucket more than others."""
+    if not state_buckets:
+        return []
+    better = (f"a new --checkpoint with --state-buckets auto would use "
+              f"{state_buckets_for(shuffle_partitions)}")
+    if state_buckets < shuffle_partitions:
+        return [f"{state_buckets} state buckets for {shuffle_partitions} shuffle partitions: "
+                f"only {state_buckets} of the stateful stage's {shuffle_partitions} tasks have "
+                f"state to work on; {better}"]
+    if state_buckets % shuffle_partitions:
+        low = state_buckets // shuffle_partitions
+        return [f"{state_buckets} state buckets do not divide evenly over {shuffle_partitions} "
+                f"shuffle partitions: each task holds {low} or {low + 1} buckets, and the "
+                f"stateful stage waits for those with {low + 1}; {better}"]
+    return []
 
 
 def preflight(args) -> None:
@@ -358,7 +412,12 @@ def kept_flat(args) -> list[str]:
 def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
     """Run the streaming job until the trigger finishes (available-now) or ``stop`` is
     requested, and then stop it after the current micro-batch."""
-    pin_checkpoint(args)
+    shuffle_partitions = (shuffle_partitions_of(args.checkpoint)
+                          or int(spark.conf.get("spark.sql.shuffle.partitions")))
+    pin_checkpoint(args, shuffle_partitions)
+    if args.backend == "applyInPandasWithState":
+        for warning in bucket_warnings(args.state_buckets, shuffle_partitions):
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
     layout = (args.backend, args.state_buckets, args.tws_state)
     users_at_start = state_users_at_start(spark, args.checkpoint, *layout)
     # Validation splits the input before withWatermark: invalid rows never move event time.
@@ -397,6 +456,10 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
                              stopped_by=stop.signal_name if stop is not None else None)
     if args.config.revising:
         report.extra["late accepted"] = late.accepted
+    if args.backend == "applyInPandasWithState":
+        report.extra["state keys"] = (f"{args.state_buckets} buckets of users over "
+                                      f"{shuffle_partitions} shuffle partitions"
+                                      if args.state_buckets else "one per user")
     report.extra["late records"] = f"{late.written} in {args.late_records}"
     report.extra["dead letter"] = args.dead_letter
     return report

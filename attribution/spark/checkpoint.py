@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import pandas as pd
 
 from ..config import DEFAULT_MODELS, AttributionConfig
 from .apply_in_pandas import STATE_COLUMN_FORMAT
-from .pipeline import ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS, users_counted_by_change
+from .pipeline import (
+    ALIGNED_BUCKET_KEYS,
+    DEFAULT_STATE_BUCKETS,
+    INDEX_BUCKET_KEYS,
+    state_buckets_for,
+    users_counted_by_change,
+)
 
 
 class CheckpointMismatch(ValueError):
@@ -30,23 +36,81 @@ LAYOUT_FILE = "attribution-state-layout.json"
 INPUT_KEYS = ("events", "format")  # the input's entries in LAYOUT_FILE
 
 
-def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_state: str,
+class PinnedState(NamedTuple):
+    """How a checkpoint keys applyInPandasWithState's state."""
+    state_buckets: int   # the bucket count (0 = one key per user)
+    bucket_keys: str     # how bucket numbers become keys (``pipeline.BUCKET_KEY_SCHEMES``)
+
+
+def shuffle_partitions_of(checkpoint: str) -> Optional[int]:
+    """The shuffle partitions a query under ``checkpoint`` runs with: Spark records them in each
+    offset-log entry and keeps them on a restart, whatever the session's setting. ``None``
+    before the first micro-batch, and for remote checkpoints."""
+    offsets = Path(checkpoint) / "offsets"
+    if "://" in checkpoint or not offsets.is_dir():
+        return None
+    entries = [p for p in offsets.iterdir() if p.name.isdigit()]
+    if not entries:
+        return None
+    latest = max(entries, key=lambda p: int(p.name))
+    for line in latest.read_text().splitlines()[1:2]:  # line 2: the batch's metadata
+        value = json.loads(line).get("conf", {}).get("spark.sql.shuffle.partitions")
+        return int(value) if value is not None else None
+    return None
+
+
+def needs_shuffle_partitions(checkpoint: str, backend: str, state_buckets: Optional[int]) -> bool:
+    """True when ``pin_state_layout`` needs the shuffle partitions: an automatic bucket count
+    (``state_buckets`` ``None``) for applyInPandasWithState on a local checkpoint that nothing
+    has been recorded in yet."""
+    return (state_buckets is None and backend == "applyInPandasWithState"
+            and "://" not in checkpoint and not (Path(checkpoint) / LAYOUT_FILE).exists()
+            and not (Path(checkpoint) / "offsets").is_dir())
+
+
+def _chosen_buckets(checkpoint: str, shuffle_partitions: Optional[int]) -> int:
+    """applyInPandasWithState's bucket count for ``--state-buckets auto``: the one the
+    checkpoint recorded; ``DEFAULT_STATE_BUCKETS`` for a checkpoint that cannot record it
+    (remote) or that a version before the record started; else ``state_buckets_for`` the
+    shuffle partitions."""
+    if needs_shuffle_partitions(checkpoint, "applyInPandasWithState", None):
+        if shuffle_partitions is None:
+            raise ValueError("a new checkpoint's automatic bucket count needs the shuffle "
+                             "partitions")
+        return state_buckets_for(shuffle_partitions)
+    path = Path(checkpoint) / LAYOUT_FILE
+    if "://" not in checkpoint and path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded.get("backend") == "applyInPandasWithState":
+            return int(recorded.get("state_buckets", DEFAULT_STATE_BUCKETS))
+    # Remote, started by a version before the record, or another backend (refused by the
+    # caller in the layout's words).
+    return DEFAULT_STATE_BUCKETS
+
+
+def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int], tws_state: str,
                      config: AttributionConfig = AttributionConfig(), *,
-                     events: Optional[str] = None, input_format: Optional[str] = None) -> str:
+                     events: Optional[str] = None, input_format: Optional[str] = None,
+                     shuffle_partitions: Optional[int] = None) -> PinnedState:
     """Record the state layout (and the input) in the checkpoint on its first run; refuse a
     different one later.
 
     :param checkpoint: the query's checkpoint directory.
     :param backend: one of ``pipeline.BACKENDS``.
-    :param state_buckets: applyInPandasWithState's bucket count (0 = one key per user).
+    :param state_buckets: applyInPandasWithState's bucket count (0 = one key per user);
+        ``None`` (``--state-buckets auto``): the checkpoint's, or for a new checkpoint
+        ``pipeline.state_buckets_for(shuffle_partitions)``.
     :param tws_state: transformWithState's state layout.
     :param config: the attribution rules; their models, and the half-life when ``time_decay``
         is one of them, are pinned (a layout written before models existed means
         ``last_touch`` alone).
     :param events: the input directory (recorded as an absolute path; ``None``: not checked).
     :param input_format: the input format (``None``: not checked).
-    :returns: how bucket numbers become keys for this checkpoint (``ALIGNED_BUCKET_KEYS``, or
-        ``INDEX_BUCKET_KEYS`` for checkpoints started before aligned keys existed).
+    :param shuffle_partitions: the query's shuffle partitions; needed only for ``state_buckets``
+        ``None`` with a new local checkpoint.
+    :returns: the bucket count, and how bucket numbers become keys for this checkpoint
+        (``ALIGNED_BUCKET_KEYS``, or ``INDEX_BUCKET_KEYS`` for checkpoints started before
+        aligned keys existed).
     :raises CheckpointMismatch: the checkpoint was started with another layout or input.
 
     Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
@@ -58,8 +122,11 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
     "aligned" keys.)
     """
     bucket_keys = ALIGNED_BUCKET_KEYS
+    if state_buckets is None:
+        state_buckets = (_chosen_buckets(checkpoint, shuffle_partitions)
+                         if backend == "applyInPandasWithState" else 0)
     if "://" in checkpoint:
-        return bucket_keys
+        return PinnedState(state_buckets, bucket_keys)
     source = {}
     if events is not None:
         source["events"] = events if "://" in events else str(Path(events).resolve())
@@ -102,16 +169,19 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: int, tws_stat
         if pinned != layout:
             given = ", ".join(f"{k}={_text(v)}" for k, v in layout.items())
             started = ", ".join(f"{k}={_text(v)}" for k, v in pinned.items())
+            hint = (" (--state-buckets auto, the default, takes the checkpoint's count)"
+                    if pinned.get("state_buckets") != layout.get("state_buckets") else "")
             raise CheckpointMismatch(
                 f"checkpoint {checkpoint} was started with {started}; this run asks for "
-                f"{given}. Use the original options, or a new --checkpoint (and --output).")
+                f"{given}. Use the original options{hint}, or a new --checkpoint (and "
+                "--output).")
         unrecorded = {k: v for k, v in source.items() if k not in recorded}
         if unrecorded:
             path.write_text(json.dumps({**recorded, **unrecorded}) + "\n")
-        return bucket_keys
+        return PinnedState(state_buckets, bucket_keys)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**layout, **source}) + "\n")
-    return bucket_keys
+    return PinnedState(state_buckets, bucket_keys)
 
 
 def _text(value) -> str:

@@ -26,7 +26,7 @@ from .apply_in_pandas import (
     make_bucket_state_function,
     make_group_state_function,
 )
-from .bucket_keys import aligned_bucket_keys
+from .bucket_keys import MAX_ALIGNED_BUCKETS, aligned_bucket_keys
 from .frames import INPUT_COLUMNS, PACKED_COLUMN, PACKED_KEYS, STATE_USERS_CHANGE
 from .types import spark_struct
 
@@ -35,9 +35,13 @@ BACKENDS = ("applyInPandasWithState", "transformWithState")
 # applyInPandasWithState keyed by hash buckets of users, so its per-key pandas cost is paid per
 # bucket, not per user.
 DEFAULT_BACKEND = "applyInPandasWithState"
-# applyInPandasWithState's keys: enough buckets to spread over the shuffle partitions of a small
-# cluster, few enough that Spark's fixed cost per key and micro-batch stays small. 0 = one key per
-# user. Fixed by a query's first run, like the shuffle partitions.
+# applyInPandasWithState's keys. A new checkpoint takes BUCKETS_PER_SHUFFLE_PARTITION buckets per
+# shuffle partition (at most MAX_ALIGNED_BUCKETS), so the stateful stage has work for every task
+# on any cluster, and each bucket stays as large as on the measured 2-partition default (64);
+# fixed by the query's first run, like the shuffle partitions. DEFAULT_STATE_BUCKETS is what a
+# checkpoint that cannot record its choice (remote) or that predates the record has. 0 = one key
+# per user.
+BUCKETS_PER_SHUFFLE_PARTITION = 32
 DEFAULT_STATE_BUCKETS = 64
 # How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
 # buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
@@ -47,6 +51,19 @@ BUCKET_KEY_SCHEMES = (ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS)
 OUTPUT_METRICS = "attribution_output"
 TWS_STATE_LAYOUTS = ("compact", "declared")
 DEFAULT_TWS_STATE = "compact"
+
+
+def state_buckets_for(shuffle_partitions: int) -> int:
+    """The bucket count a new checkpoint takes for ``shuffle_partitions`` partitions:
+    ``BUCKETS_PER_SHUFFLE_PARTITION`` per partition, at most ``MAX_ALIGNED_BUCKETS`` (then the
+    largest multiple of the partitions under it, so that the partitions still share evenly)."""
+    if shuffle_partitions < 1:
+        raise ValueError(f"shuffle partitions must be >= 1, not {shuffle_partitions}")
+    wanted = BUCKETS_PER_SHUFFLE_PARTITION * shuffle_partitions
+    if wanted <= MAX_ALIGNED_BUCKETS:
+        return wanted
+    return max(MAX_ALIGNED_BUCKETS // shuffle_partitions * shuffle_partitions,
+               min(shuffle_partitions, MAX_ALIGNED_BUCKETS))
 
 
 def drop_heartbeats(watermarked: DataFrame) -> DataFrame:

@@ -222,7 +222,10 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
             ("--models", "", "error: --models: no attribution model given; choose from"),
             ("--half-life", "0", "error: half-life must be a positive number of milliseconds, "
                                  "got 0"),
-            ("--half-life", "a week", "error: --half-life: not a duration: 'a week'")):
+            ("--half-life", "a week", "error: --half-life: not a duration: 'a week'"),
+            ("--state-buckets", "many", "error: argument --state-buckets: 'many' is not 'auto' "
+                                        "or a bucket count from 0 to 4096"),
+            ("--state-buckets", "5000", "error: argument --state-buckets: '5000' is not")):
         result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
                                  "--events", str(tmp_path), option, value],
                                 capture_output=True, text=True)
@@ -260,6 +263,42 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
             run_job(spark, tmp_path, ch7_stream_dir, *other)
     report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+
+
+def test_the_bucket_count_follows_the_shuffle_partitions_and_stays_with_the_checkpoint(
+        spark, tmp_path, ch7_dir, capsys):
+    """--state-buckets auto (the default): 32 buckets per shuffle partition for a new checkpoint;
+    a restart under another session setting keeps the checkpoint's partitions and buckets. An
+    explicit count below the partitions is warned about, and still gives the book's rows."""
+    from attribution.spark.checkpoint import LAYOUT_FILE
+
+    files = sorted(ch7_dir.glob("part-*.json"))
+    staged = stage_in_arrival_order(files[:3], tmp_path / "ch7")
+    layout = tmp_path / "checkpoint" / LAYOUT_FILE
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "3")
+        report, _ = run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+        assert json.loads(layout.read_text())["state_buckets"] == 96
+        assert "96 buckets of users over 3 shuffle partitions" in report.render()
+        spark.conf.set("spark.sql.shuffle.partitions", "5")  # the checkpoint says 3
+        stage_in_arrival_order(files, staged)
+        report, rows = run_job(spark, tmp_path, staged, "--watermark-delay", "3 minutes")
+        assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+        assert json.loads(layout.read_text())["state_buckets"] == 96
+        assert "96 buckets of users over 3 shuffle partitions" in report.render()
+        assert "warning" not in capsys.readouterr().err
+
+        few = tmp_path / "few"
+        few.mkdir()
+        report, rows = run_job(spark, few, staged, "--watermark-delay", "3 minutes",
+                               "--state-buckets", "2")
+        assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+        assert ("warning: 2 state buckets for 5 shuffle partitions: only 2 of the stateful "
+                "stage's 5 tasks have state to work on; a new --checkpoint with --state-buckets "
+                "auto would use 160") in capsys.readouterr().err
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
 def test_a_checkpoint_started_with_bucket_numbers_as_keys_keeps_them(spark, tmp_path, ch7_dir):

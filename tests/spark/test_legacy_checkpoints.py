@@ -118,7 +118,7 @@ def test_the_half_life_is_pinned_only_with_time_decay(tmp_path):
     def pin(checkpoint, *options):
         args = parse_args(["--events", str(tmp_path), "--checkpoint", str(checkpoint), *options])
         return pin_state_layout(args.checkpoint, args.backend, args.state_buckets,
-                                args.tws_state, args.config)
+                                args.tws_state, args.config, shuffle_partitions=2)
 
     pin(tmp_path / "decay", "--models", "all", "--half-life", "1 day")
     layout = json.loads((tmp_path / "decay" / LAYOUT_FILE).read_text())
