@@ -229,6 +229,30 @@ def larger_event_set(seed: int) -> list[Event]:
     return events
 
 
+# Hand-built scenarios of one user (the unit tests of the core's rules and models).
+USER = "u"
+SEARCH = "http://search.example/?q=shoes"
+
+
+def visit(event_id: str, ts: int, url: str, referer: str | None = None, goal: bool = False,
+          value: float | None = None) -> Event:
+    """A visit of ``USER`` at ``ts`` (epoch ms)."""
+    return Event(event_id, USER, "visit", ts, url=url, referer=referer, is_goal=goal, value=value)
+
+
+def goal(event_id: str, ts: int, url: str, referer: str | None = None,
+         value: float | None = None) -> Event:
+    """A goal visit of ``USER``."""
+    return visit(event_id, ts, url, referer, goal=True, value=value)
+
+
+def click(event_id: str, ts: int, impression_id: int, target: str, source: str = SEARCH,
+          campaign: str | None = None) -> Event:
+    """An impression of ``USER`` shown on ``source`` that leads to ``target``."""
+    return Event(event_id, USER, "impression", ts, impression_id=impression_id,
+                 source_url=source, target_url=target, campaign=campaign)
+
+
 CAMPAIGNS = (None, "spring", "summer", "brand")
 
 

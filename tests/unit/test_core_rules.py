@@ -16,26 +16,9 @@ from attribution.config import MS_PER_DAY, parse_duration_ms
 from attribution.core import STATE_VERSION, WATERMARK_INFINITY, UserAttribution
 from attribution.events import ts_to_ms
 from attribution.schema import OUTPUT_FIELDS
+from support import SEARCH, USER, click, goal, visit
 
-USER = "u"
-SEARCH = "http://search.example/?q=shoes"
 OTHER_SEARCH = "http://other.example/?q=shoes"
-
-
-def visit(event_id: str, ts: int, url: str, referer: str | None = None, goal: bool = False,
-          value: float | None = None) -> Event:
-    return Event(event_id, USER, "visit", ts, url=url, referer=referer, is_goal=goal, value=value)
-
-
-def goal(event_id: str, ts: int, url: str, referer: str | None = None,
-         value: float | None = None) -> Event:
-    return visit(event_id, ts, url, referer, goal=True, value=value)
-
-
-def click(event_id: str, ts: int, impression_id: int, target: str, source: str = SEARCH,
-          campaign: str | None = None) -> Event:
-    return Event(event_id, USER, "impression", ts, impression_id=impression_id,
-                 source_url=source, target_url=target, campaign=campaign)
 
 
 def attribute(events, config: AttributionConfig = AttributionConfig()):
