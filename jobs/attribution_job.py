@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Optional
 
@@ -43,6 +44,7 @@ from attribution.spark.checkpoint import (
     shuffle_partitions_of,
     state_users_at_start,
 )
+from attribution.spark.cost import state_dominates
 from attribution.spark.late_records import audit as audit_late_records
 from attribution.spark.layout import DETECTED_DATE, GOAL_DATE, by_date, is_flat
 from attribution.spark.pipeline import (
@@ -357,14 +359,19 @@ class AttributionProgress(BatchProgress):
     is captured and extended rather than re-formatted here, so its wording stays in one place.
     """
 
-    def __init__(self, *args, revising: bool = False, **kwargs):
+    def __init__(self, *args, revising: bool = False, bucketed: bool = False, **kwargs):
         """:param revising: the run revises rows (allowed lateness or early results): the line
-        and the report also count revisions and retractions (rows)."""
+        and the report also count revisions and retractions (rows).
+        :param bucketed: the state is keyed by hash buckets: warn once, even with ``quiet``,
+            when by the cost model the state dominates three micro-batches in a row
+            (``attribution.spark.cost.state_dominates``)."""
         # The stderr of the moment, not of import time, so that redirect_stderr and test capture
         # see the progress lines.
         kwargs.setdefault("stream", sys.stderr)
         super().__init__(*args, **kwargs)
         self.revising = revising
+        self.state_warning_due = bucketed
+        self.recent_state_bytes: deque = deque(maxlen=3)
         self.totals.update(invalid=0, revisions=0, retractions=0)
 
     def _account(self, p) -> None:
@@ -386,6 +393,16 @@ class AttributionProgress(BatchProgress):
                        f"{changes['retractions']}" if self.revising else "")
             print(f"{line.rstrip()}{revised}, invalid {invalid} (dead-lettered)",
                   file=self.stream, flush=True)
+        if self.state_warning_due:
+            # RocksDB's files hold overwritten values until a compaction: the smallest size of
+            # the last few micro-batches is the nearest to the live state.
+            self.recent_state_bytes.append(self.state_bytes)
+            known = [b for b in self.recent_state_bytes if b is not None]
+            warning = (state_dominates(p.numInputRows, min(known))
+                       if len(known) == self.recent_state_bytes.maxlen else None)
+            if warning:
+                print(f"warning: {warning}", file=self.stream, flush=True)
+                self.state_warning_due = False
 
     def report(self, **fields) -> RunReport:
         report = super().report(**fields)
@@ -444,6 +461,8 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
         by_detected_date=args.dead_letter not in flat)
     progress = AttributionProgress(OUTPUT_METRICS, args.config.models, quiet=args.quiet,
                                    revising=args.config.revising, users_at_start=users_at_start,
+                                   bucketed=args.backend == "applyInPandasWithState"
+                                   and bool(args.state_buckets),
                                    users_by_change=users_counted_by_change(*layout))
     late = LateRecords(spark, args)
     def poll():

@@ -1,12 +1,16 @@
 """The automatic bucket count of applyInPandasWithState's state (``--state-buckets auto``): how
-it follows the shuffle partitions, how a checkpoint keeps it, and the warnings about counts that
-hold the stateful stage back."""
+it follows the shuffle partitions, how a checkpoint keeps it, the warnings about counts that hold
+the stateful stage back, and the warning when, by the cost model, the buckets' state outweighs
+the events of a micro-batch."""
 from __future__ import annotations
 
+import io
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from attribution.spark import cost
 from attribution.spark.bucket_keys import MAX_ALIGNED_BUCKETS
 from attribution.spark.checkpoint import (
     LAYOUT_FILE,
@@ -15,8 +19,8 @@ from attribution.spark.checkpoint import (
     pin_state_layout,
     shuffle_partitions_of,
 )
-from attribution.spark.pipeline import DEFAULT_STATE_BUCKETS, state_buckets_for
-from jobs.attribution_job import bucket_warnings, parse_args, pin_checkpoint
+from attribution.spark.pipeline import DEFAULT_STATE_BUCKETS, OUTPUT_METRICS, state_buckets_for
+from jobs.attribution_job import AttributionProgress, bucket_warnings, parse_args, pin_checkpoint
 
 APIWS = "applyInPandasWithState"
 
@@ -101,3 +105,43 @@ def test_warnings_name_the_count_the_partitions_and_the_remedy():
     [uneven] = bucket_warnings(64, 3)
     assert uneven.startswith("64 state buckets do not divide evenly over 3 shuffle partitions: "
                              "each task holds 21 or 22 buckets")
+
+
+def _batch(batch_id: int, events: int, sst_bytes: int) -> SimpleNamespace:
+    """A stand-in of Spark's progress for one micro-batch of the bucketed layout."""
+    operator = SimpleNamespace(numRowsDroppedByWatermark=0, numRowsTotal=64,
+                               customMetrics={"rocksdbSstFileSize": sst_bytes})
+    return SimpleNamespace(batchId=batch_id, numInputRows=events, inputRowsPerSecond=1.0,
+                           processedRowsPerSecond=1.0,
+                           durationMs={"addBatch": 1, "triggerExecution": 1000},
+                           stateOperators=[operator], eventTime={}, observedMetrics={})
+
+
+def test_a_dominating_state_is_warned_about_once_with_the_cheaper_layout():
+    fit = cost.BUCKETED
+    # The state size at which the state costs as much CPU as the rest of a 10,000-event
+    # micro-batch, and the size below which no warning is given.
+    even = fit.seconds(10_000, 0) / fit.c * cost.MB
+    floor = cost.WARN_FROM_STATE_SECONDS / fit.c * cost.MB
+    small, large = int(0.9 * max(even, floor)), int(1.1 * max(even, floor))
+    assert cost.state_dominates(10_000, None) is None
+    assert cost.state_dominates(10_000, small) is None
+    warning = cost.state_dominates(10_000, large)
+    assert warning.startswith(f"by the cost model (docs/sizing.md) the state's "
+                              f"{large / cost.MB:,.0f} MB cost about")
+    assert "10,000 events" in warning and "--max-files-per-trigger" in warning
+    # Cheaper elsewhere only from the crossover on, and then the cheapest layout is named.
+    assert "another layout would cost more at this size" in warning
+    huge = 100 * large
+    cheapest = min(cost.ALTERNATIVES, key=lambda n: cost.ALTERNATIVES[n].seconds(10_000, 0))
+    assert f"at this size {cheapest} would cost about" in cost.state_dominates(10_000, huge)
+
+    # The job's progress: three micro-batches in a row, judged by the smallest of their sizes.
+    for bucketed, sizes, expected in ((True, [large, 2 * large, large], 1),
+                                      (True, [large, small, 2 * large], 0),
+                                      (True, [large, large, large, large, large], 1),
+                                      (False, [large, large, large], 0)):
+        out = io.StringIO()
+        progress = AttributionProgress(OUTPUT_METRICS, quiet=True, bucketed=bucketed, stream=out)
+        progress.consume([_batch(i, 10_000, size) for i, size in enumerate(sizes)])
+        assert out.getvalue().count("warning: by the cost model") == expected, (bucketed, sizes)
