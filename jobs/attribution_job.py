@@ -247,6 +247,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "--mode batch")
     if not Path(args.events).is_dir() and "://" not in args.events:
         parser.error(f"--events {args.events!r} is not a directory")
+    # What was asked (None: auto); pin_checkpoint resolves args.state_buckets from it.
+    args.state_buckets_asked = args.state_buckets
     if args.max_files_per_trigger is not None and args.max_files_per_trigger < 1:
         parser.error("--max-files-per-trigger must be >= 1")
     if args.config.revising and args.backend == "transformWithState" \
@@ -292,8 +294,6 @@ def pin_checkpoint(args, shuffle_partitions: Optional[int] = None) -> None:
     nothing is pinned yet (there is nothing to check either).
     """
     shuffle_partitions = shuffle_partitions or args.shuffle_partitions
-    if not hasattr(args, "state_buckets_asked"):
-        args.state_buckets_asked = args.state_buckets
     if shuffle_partitions is None and needs_shuffle_partitions(args.checkpoint, args.backend,
                                                                args.state_buckets_asked):
         return
