@@ -46,6 +46,7 @@ from attribution.spark.checkpoint import (
 )
 from attribution.spark.cost import state_dominates
 from attribution.spark.late_records import audit as audit_late_records
+from attribution.spark.late_records import dropped_by_batch
 from attribution.spark.layout import DETECTED_DATE, GOAL_DATE, by_date, is_flat
 from attribution.spark.pipeline import (
     BACKENDS,
@@ -466,8 +467,9 @@ def run_stream(spark, args, stop: Optional[StopRequests] = None) -> RunReport:
                                    users_by_change=users_counted_by_change(*layout))
     late = LateRecords(spark, args)
     def poll():
-        progress.consume(query.recentProgress)
-        late.audit()
+        updates = query.recentProgress
+        progress.consume(updates)
+        late.audit(updates)
 
     run_with_dead_letter(query, dead_letter_query, stop, poll)
     poll()  # what the last micro-batch committed
@@ -493,13 +495,16 @@ class LateRecords:
         self.spark, self.args = spark, args
         self.written = self.accepted = 0
 
-    def audit(self) -> None:
+    def audit(self, progress) -> None:
+        """Audit the micro-batches committed since the last call; ``progress``: the query's
+        recent progress updates, whose counts of dropped rows spare most micro-batches a
+        second read of their input."""
         args = self.args
         if "://" in args.checkpoint:
             return
         written, accepted = audit_late_records(
             self.spark, args.checkpoint, args.late_records, args.format, args.max_future_skew_ms,
-            args.max_future_skew, args.config.allowed_lateness_ms)
+            args.max_future_skew, args.config.allowed_lateness_ms, dropped_by_batch(progress))
         self.written += written
         self.accepted += accepted
 

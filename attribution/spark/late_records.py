@@ -10,6 +10,12 @@ that watermark is one Spark dropped. Every input of that judgement is in the che
 file itself (validation judges ``--max-future-skew`` against the file's modification time), so
 the set is the same whenever it is computed.
 
+Most micro-batches have no late record, and proving it needs no scan: Spark counts the rows it
+drops (``numRowsDroppedByWatermark``), so with no allowed lateness a micro-batch whose progress
+reports none has nothing to write; and the ``ts`` column of a Parquet file, read alone, shows
+when none of its records is within the allowed lateness of the watermark or behind it. Only the
+other micro-batches are read again and validated.
+
 The output holds one Parquet file per micro-batch with late records, under
 ``detected_date=YYYY-MM-DD`` (the micro-batch's own timestamp, from its offset log entry), named
 by batch id and written by an atomic rename; ``_audited/<k>`` marks micro-batch ``k`` as done.
@@ -21,7 +27,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -108,8 +114,55 @@ def _local(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
+def dropped_by_batch(progress) -> dict[int, int]:
+    """Spark's count of rows dropped as late per micro-batch, from a query's progress updates
+    (``StreamingQuery.recentProgress``)."""
+    return {p.batchId: sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+            for p in progress}
+
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _min_parquet_ts_ms(files: list[str]) -> Optional[float]:
+    """The earliest ``ts`` in these Parquet files, in epoch milliseconds, from that column alone
+    (nulls, which validation rejects, ignored); +infinity when there is none. None when it
+    cannot be known this way: a remote file, a ``ts`` that is not a timestamp, a file pyarrow
+    cannot read (the full scan then decides)."""
+    import pyarrow.compute as pc
+
+    earliest = float("inf")
+    for f in files:
+        if "://" in f:
+            return None
+        try:
+            ts = pq.read_table(f, columns=["ts"]).column("ts")
+        except (OSError, KeyError, pa.ArrowException):
+            return None
+        if not pa.types.is_timestamp(ts.type):
+            return None
+        least = pc.min(ts.cast(pa.int64())).as_py()
+        if least is not None:  # truncated to milliseconds, as Spark's unix_millis does
+            earliest = min(earliest, least * 1000 // _PER_SECOND[ts.type.unit])
+    return earliest
+
+
+def _nothing_late(files: list[str], fmt: str, threshold_ms: int, allowed_lateness_ms: int,
+                  dropped: Optional[int]) -> bool:
+    """True when no record of a micro-batch can be late, dropped or accepted, without reading
+    its records: Spark dropped none and nothing is accepted late without an allowed lateness,
+    or every ``ts`` of its Parquet files is past ``threshold_ms + allowed_lateness_ms``."""
+    if dropped == 0 and allowed_lateness_ms == 0:
+        return True
+    if fmt != "parquet":
+        return False
+    earliest = _min_parquet_ts_ms(files)
+    return earliest is not None and earliest > threshold_ms + allowed_lateness_ms
+
+
 def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: int,
-          skew_text: str, allowed_lateness_ms: int) -> tuple[int, int]:
+          skew_text: str, allowed_lateness_ms: int,
+          dropped: Optional[Mapping[int, int]] = None) -> tuple[int, int]:
     """Write the late records of every committed micro-batch not audited yet.
 
     :returns: how many records were written (dropped as too late), and how many others of the
@@ -121,6 +174,8 @@ def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: i
     :param max_future_skew_ms: validation's skew rule, as the query applies it.
     :param skew_text: the same, as the user wrote it.
     :param allowed_lateness_ms: ``L``: Spark's watermark runs ``L`` behind the on-time one.
+    :param dropped: Spark's count of dropped rows per micro-batch where known
+        (``dropped_by_batch``); a micro-batch it does not cover is judged from its records.
     """
     from pyspark.sql import functions as F
 
@@ -133,11 +188,12 @@ def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: i
     for batch_id in committed_batches(root):
         if (done / str(batch_id)).exists():
             continue
-        files = batch_input_files(root, batch_id)
+        files = [_local(f) for f in batch_input_files(root, batch_id)]
         threshold = late_threshold_ms(root, batch_id)
         rows = []
-        if files:
-            events = valid_events(classify(read_raw_files(spark, [_local(f) for f in files], fmt),
+        if files and not _nothing_late(files, fmt, threshold, allowed_lateness_ms,
+                                       (dropped or {}).get(batch_id)):
+            events = valid_events(classify(read_raw_files(spark, files, fmt),
                                            fmt, max_future_skew_ms, skew_text),
                                   keep=["source_file"])
             ts = F.unix_millis("ts")
