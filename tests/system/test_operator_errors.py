@@ -102,6 +102,34 @@ def test_a_checkpoint_that_is_a_file_or_cannot_be_written(tmp_path, events, read
            ExitCode.CHECKPOINT, "is not writable")
 
 
+# An option value the job refuses as it parses its command line (argparse's usage error, exit
+# code 2): the option, the value, and the words of the error line that name both.
+BAD_DURATIONS = {
+    "negative lateness": ("--allowed-lateness", "-1 hour",
+                          "--allowed-lateness must not be negative, got '-1 hour'"),
+    "unparseable lateness": ("--allowed-lateness", "an hour",
+                             "--allowed-lateness: not a duration: 'an hour'"),
+    "lateness without unit": ("--allowed-lateness", "5", "--allowed-lateness: '5' has no unit"),
+    "negative half-life": ("--half-life", "-1 day", "--half-life must not be negative, got "
+                                                    "'-1 day'"),
+    "zero half-life": ("--half-life", "0", "half-life must be a positive number of "
+                                           "milliseconds, got 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DURATIONS))
+def test_a_bad_allowed_lateness_or_half_life_is_refused_before_spark(tmp_path, events, case):
+    option, value, words = BAD_DURATIONS[case]
+    result = _job(tmp_path, "--events", events, "--models", "time_decay", option, value)
+    assert result.returncode == ExitCode.USAGE, (result.returncode, result.stderr)
+    assert_no_traceback(result.stderr)
+    lines = result.stderr.rstrip("\n").splitlines()
+    assert sum("error:" in line for line in lines) == 1, result.stderr
+    assert lines[-1].startswith(f"attribution_job.py: error: {words}"), lines[-1]
+    assert "starting Spark" not in result.stderr and result.stdout == ""
+    assert not (tmp_path / "out").exists()  # refused before Spark: no log, no output
+
+
 # The format a first run pinned, this run's options, and words of the error line.
 STARTED_WITH_OTHER = {
     "input path": ("json", lambda events, other: ["--events", other],
