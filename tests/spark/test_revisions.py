@@ -4,16 +4,20 @@ tests/unit/test_core_revisions.py, and the late-record output holds what is drop
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pandas as pd
 import pytest
 
 from attribution.spark.changelog import fold_changelog
+from attribution.spark.checkpoint import LAYOUT_FILE
 from attribution.spark.late_records import read_late_records
 from attribution.spark.output import read_attribution_rows, read_attributions
+from commandline.exits import ExitCode
 from jobs.attribution_job import parse_args, run
-from support import stage_in_arrival_order
+from support import ROOT, command_environment, error_line, stage_in_arrival_order
 
 LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
            "transformWithState": ["--backend", "transformWithState"]}
@@ -120,3 +124,61 @@ def test_without_allowed_lateness_the_late_records_are_dropped_and_written(spark
                                  ("g-receipt", None, 1, 0, "ON_TIME")])
     assert net == set()
     assert late == ["i-456", "i-789", "v-signup", "v-thing"] and report.late_rows == 4
+
+
+# A checkpoint's first run, and restarts that change its revising options one at a time: each
+# restart's options, and what the refusal must say the checkpoint was started with and this run
+# asks for (a lateness of 0, the default, is recorded as no entry at all).
+RESTARTS = {
+    "allowed lateness": (["--allowed-lateness", "5 minutes"], [
+        (["--allowed-lateness", "10 minutes"],
+         "allowed_lateness_ms=300000", "allowed_lateness_ms=600000"),
+        ([], "allowed_lateness_ms=300000", None),
+        (["--allowed-lateness", "5 minutes", "--early-results"],
+         "allowed_lateness_ms=300000", "allowed_lateness_ms=300000, early_results=True"),
+    ]),
+    "early results": (["--early-results"], [
+        ([], "early_results=True", None),
+        (["--early-results", "--allowed-lateness", "1 minute"],
+         "early_results=True", "allowed_lateness_ms=60000, early_results=True"),
+    ]),
+}
+
+
+@pytest.mark.parametrize("started", list(RESTARTS))
+def test_a_checkpoint_refuses_another_allowed_lateness_or_early_results(spark, tmp_path, ch7_dir,
+                                                                       started):
+    """Revisions keep other state (emitted rows, open goals) under another Spark watermark: a
+    restart that changes --allowed-lateness or toggles --early-results is refused before Spark
+    starts, with one line asking for the original options or a new checkpoint, and leaves the
+    checkpoint and output as they were."""
+    first, restarts = RESTARTS[started]
+    _, changelog, _, _ = _run(spark, tmp_path, ch7_dir, *first)
+    checkpoint = tmp_path / "cp"
+    layout = (checkpoint / LAYOUT_FILE).read_text()
+    commits = sorted(p.name for p in (checkpoint / "commits").iterdir())
+    common = ["--events", tmp_path / "in", "--output", tmp_path / "out", "--checkpoint",
+              checkpoint, "--watermark-delay", "1 minute", "--max-files-per-trigger", "1",
+              "--trigger", "available-now"]
+    for options, was, asked in restarts:
+        result = subprocess.run(
+            [sys.executable, ROOT / "jobs" / "attribution_job.py", *map(str, common), *options],
+            cwd=tmp_path, capture_output=True, text=True, env=command_environment(),
+            timeout=300)
+        line = error_line(result.stderr)
+        assert result.returncode == ExitCode.CHECKPOINT, (options, result.stderr)
+        assert "starting Spark" not in result.stderr, options
+        started_with, _, this_run = line.partition("; this run asks for ")
+        assert started_with.startswith(f"error: checkpoint {checkpoint} was started with "), line
+        assert was in started_with, (options, line)
+        if asked is None:  # the option is off in this run: no entry for it
+            assert "allowed_lateness_ms" not in this_run and "early_results" not in this_run
+        else:
+            assert asked in this_run and asked not in started_with, (options, line)
+        assert this_run.endswith("Use the original options, or a new --checkpoint (and "
+                                 "--output)."), line
+        assert (checkpoint / LAYOUT_FILE).read_text() == layout
+    assert sorted(p.name for p in (checkpoint / "commits").iterdir()) == commits
+    # The original options still resume it: nothing new to read, the same changelog.
+    _, again, _, _ = _run(spark, tmp_path, ch7_dir, *first)
+    assert again == changelog and sum(changelog.values()) > 0
