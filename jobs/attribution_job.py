@@ -231,11 +231,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     try:
         args.watermark_delay_ms = parse_duration_ms(args.watermark_delay)
         args.max_future_skew_ms = max_future_skew_ms(args.max_future_skew)
+        half_life_ms = parse_duration_ms(args.half_life, "--half-life")
+        if half_life_ms == 0:
+            raise ValueError(f"--half-life must be positive, got {args.half_life!r} (e.g. "
+                             f"'{DEFAULT_HALF_LIFE}')")
         args.config = AttributionConfig(lookback_ms=parse_duration_ms(args.lookback),
                                         dedup_window_ms=parse_duration_ms(args.dedup_window),
-                                        models=models,
-                                        half_life_ms=parse_duration_ms(args.half_life,
-                                                                       "--half-life"),
+                                        models=models, half_life_ms=half_life_ms,
                                         allowed_lateness_ms=parse_duration_ms(
                                             args.allowed_lateness, "--allowed-lateness"),
                                         early_results=args.early_results)

@@ -220,8 +220,7 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
                                             "'u_shaped'; choose from last_touch, first_touch, "
                                             "linear, position_based, time_decay (or 'all')"),
             ("--models", "", "error: --models: no attribution model given; choose from"),
-            ("--half-life", "0", "error: half-life must be a positive number of milliseconds, "
-                                 "got 0"),
+            ("--half-life", "0", "error: --half-life must be positive, got '0' (e.g. '7 days')"),
             ("--half-life", "a week", "error: --half-life: not a duration: 'a week'"),
             ("--state-buckets", "many", "error: argument --state-buckets: 'many' is not 'auto' "
                                         "or a bucket count from 0 to 4096"),

@@ -112,8 +112,9 @@ BAD_DURATIONS = {
     "lateness without unit": ("--allowed-lateness", "5", "--allowed-lateness: '5' has no unit"),
     "negative half-life": ("--half-life", "-1 day", "--half-life must not be negative, got "
                                                     "'-1 day'"),
-    "zero half-life": ("--half-life", "0", "half-life must be a positive number of "
-                                           "milliseconds, got 0"),
+    "zero half-life": ("--half-life", "0", "--half-life must be positive, got '0'"),
+    "zero days of half-life": ("--half-life", "0 days",
+                               "--half-life must be positive, got '0 days' (e.g. '7 days')"),
 }
 
 
