@@ -32,6 +32,11 @@ def _figure(width: float = 9.0, height: float = 4.5):
     return figure, figure.subplots()
 
 
+def _legend(figure) -> None:
+    # Beside the plot, not over it: bars and lines of any height stay visible.
+    figure.legend(title="model", loc="outside right upper")
+
+
 def _say_empty(axes, text: str) -> None:
     axes.text(0.5, 0.5, text, ha="center", va="center", transform=axes.transAxes)
     axes.set_axis_off()
@@ -63,7 +68,7 @@ def conversions_chart(totals: pd.DataFrame, path: Path) -> None:
             axes.bar(positions, by_campaign[model], width, label=model)
         axes.set_xticks(range(len(by_campaign)), by_campaign.index, rotation=30, ha="right")
         axes.set_ylabel("conversions (sum of credit)")
-        axes.legend(title="model")
+        _legend(figure)
     figure.savefig(path, dpi=100)
 
 
@@ -92,7 +97,7 @@ def value_chart(daily: pd.DataFrame, path: Path) -> None:
         axes.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))
         axes.tick_params(axis="x", labelrotation=30)
         axes.set_ylabel("credited value")
-        axes.legend(title="model")
+        _legend(figure)
     figure.savefig(path, dpi=100)
 
 
