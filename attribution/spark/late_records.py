@@ -116,9 +116,11 @@ def _local(uri: str) -> str:
 
 def dropped_by_batch(progress) -> dict[int, int]:
     """Spark's count of rows dropped as late per micro-batch, from a query's progress updates
-    (``StreamingQuery.recentProgress``)."""
+    (``StreamingQuery.recentProgress``). An idle trigger reports progress under the id of the
+    micro-batch still to come, with nothing dropped: only updates of micro-batches that ran
+    (``addBatch`` timed) count."""
     return {p.batchId: sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
-            for p in progress}
+            for p in progress if "addBatch" in (p.durationMs or {})}
 
 
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}

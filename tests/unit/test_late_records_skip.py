@@ -3,11 +3,13 @@ dropped nothing and nothing is accepted late, or a Parquet file's ``ts`` column 
 record past the watermark plus the allowed lateness."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from attribution.spark.late_records import _nothing_late
+from attribution.spark.late_records import _nothing_late, dropped_by_batch
 
 MINUTE = 60_000
 T = 1_700_000_000_000  # the watermark a micro-batch is judged by, epoch ms
@@ -64,3 +66,17 @@ def test_sparks_count_of_dropped_rows_suffices_only_without_allowed_lateness(tmp
     assert not _nothing_late(files, "json", T, 5 * MINUTE, dropped=0)
     # A micro-batch whose progress this run has not seen (None) is read again.
     assert not _nothing_late(files, "json", T, 0, dropped=None)
+
+
+def _progress(batch_id, dropped, ran=True):
+    durations = {"addBatch": 5, "triggerExecution": 9} if ran else {"triggerExecution": 1}
+    return SimpleNamespace(batchId=batch_id, durationMs=durations,
+                           stateOperators=[SimpleNamespace(numRowsDroppedByWatermark=dropped)])
+
+
+def test_only_micro_batches_that_ran_report_their_dropped_rows():
+    # After micro-batch 1, an idle trigger reports progress under id 2 with nothing dropped;
+    # until micro-batch 2's own update arrives, its count is unknown, not 0.
+    updates = [_progress(0, 0), _progress(1, 4), _progress(2, 0, ran=False)]
+    assert dropped_by_batch(updates) == {0: 0, 1: 4}
+    assert dropped_by_batch([*updates, _progress(2, 7)]) == {0: 0, 1: 4, 2: 7}
