@@ -515,12 +515,14 @@ def run_batch(spark, args) -> RunReport:
     """Batch mode: the same core over the whole input, watermark at +infinity; with a window
     (``args.window``), a backfill of its goal dates (``attribution.spark.backfill``).
 
-    The input is read twice, once for the dead letters and once for the attribution, rather than
-    cached: the second scan builds nothing but each row's validity, where a cache would hold
-    every classified row in executor memory. Every rule depends on the record and its file only,
-    so both passes agree on every row. The counts come from observed metrics of the writes, not
-    from extra jobs. A backfill writes no dead letter: it reads the input the full run read, and
-    invalid records have no goal date to place them in the window; it only counts them.
+    The attribution is written first, counting the invalid records as it reads them; the input
+    is read a second time for the dead letters only when that count is not zero (otherwise an
+    empty dead-letter output is written, as a scan finding nothing would). Reading again rather
+    than caching: a cache would hold every classified row in executor memory. Every rule depends
+    on the record and its file only, so both passes agree on every row. The counts come from
+    observed metrics of the writes, not from extra jobs. A backfill writes no dead letter: it
+    reads the input the full run read, and invalid records have no goal date to place them in the
+    window; it only counts them.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -530,10 +532,6 @@ def run_batch(spark, args) -> RunReport:
     classified = classify(read_raw_batch(spark, args.events, args.format), args.format,
                           args.max_future_skew_ms, args.max_future_skew)
     read, emitted = Observation("input"), Observation("output")
-    if window is None:
-        rejected, columns = by_date(dead_letters(classified), DETECTED_DATE)
-        (rejected.write.mode("overwrite").option("partitionOverwriteMode", "static")
-         .partitionBy(*columns).parquet(args.dead_letter))
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows"),
                                              F.count(F.when(~F.col("valid"), 1)).alias("invalid")))
     if window is not None:
@@ -552,6 +550,13 @@ def run_batch(spark, args) -> RunReport:
     writer = rows.observe(emitted, *metrics).write.mode("overwrite").partitionBy(*columns)
     if window is None:
         writer.option("partitionOverwriteMode", "static").parquet(args.output)
+        rejected = dead_letters(classified)
+        if read.get["invalid"] == 0:
+            # Nothing to find: spare the second scan (a tenth of the run on the benchmark).
+            rejected = rejected.where(F.lit(False))
+        rejected, dead_columns = by_date(rejected, DETECTED_DATE)
+        (rejected.write.mode("overwrite").option("partitionOverwriteMode", "static")
+         .partitionBy(*dead_columns).parquet(args.dead_letter))
         extra = {"dead letter": args.dead_letter}
     else:
         # Only the partitions the rows fall in are replaced; _SUCCESS is away meanwhile.

@@ -255,6 +255,23 @@ def test_batch_mode_dead_letters_the_same_records(spark, tmp_path, ch7_dir):
         (line, reason[:20]) for _, line, reason in BAD_LINES)
 
 
+def test_batch_mode_without_invalid_records_replaces_the_dead_letters_with_none(spark, tmp_path,
+                                                                               ch7_dir):
+    """A batch run over clean input skips the dead-letter scan but still overwrites
+    ``--dead-letter``: what an earlier run over bad input wrote there is gone, and the directory
+    is a finished batch output holding no row."""
+    from attribution.spark.output import SUCCESS_MARKER
+
+    _run(spark, tmp_path, _mixed_ch7(ch7_dir, tmp_path), "--mode", "batch")
+    assert len(_dead_letters(spark, tmp_path / "dead")) == len(BAD_LINES)
+    report, rows = _run(spark, tmp_path, ch7_dir, "--mode", "batch")
+    assert set(rows) == CH7_ROWS and report.extra["invalid"] == 0
+    dead = tmp_path / "dead"
+    assert (dead / SUCCESS_MARKER).is_file()
+    assert not [p for p in dead.rglob("*.parquet")
+                if spark.read.parquet(str(p)).count() > 0]
+
+
 def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
     """Parquet is typed by its writer, so malformed lines and wrong types cannot occur; missing
     fields, unknown event types, over-long strings and far-future times can, and are rejected."""
