@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark_interval
 from attribution.schema import EVENT_SCHEMA, field_kinds
 from attribution.spark.pipeline import apply_trigger
+from attribution.spark.query_progress import micro_batch_ran
 from attribution.spark.validation import (
     DEFAULT_MAX_FUTURE_SKEW,
     VALIDATION_METRICS,
@@ -375,8 +376,8 @@ class ClickJoinRun:
     def poll(self) -> None:
         for progress in self.query.recentProgress:
             p = progress_dict(progress)
-            if "addBatch" not in (p.get("durationMs") or {}):
-                continue  # an idle trigger: no micro-batch ran
+            if not micro_batch_ran(p):
+                continue
             for row in self.state.add(p):
                 self.batches[row.batch_id] = batch = self._counts(p, row)
                 if not self.quiet:

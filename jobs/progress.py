@@ -20,6 +20,7 @@ from typing import Iterable, Mapping, Optional, Sequence, TextIO
 
 from attribution.config import DEFAULT_MODELS
 from attribution.spark.pipeline import metric_name
+from attribution.spark.query_progress import micro_batch_ran
 
 # Spark reports the watermark as epoch 0 until the first micro-batch with data has set one.
 NO_WATERMARK = "1970-01-01T00:00:00.000Z"
@@ -154,8 +155,7 @@ class BatchProgress:
 
     def consume(self, progresses: Iterable) -> None:
         for p in progresses:
-            # Idle triggers report progress too, but never run addBatch; skip them.
-            if p.batchId in self.seen or "addBatch" not in (p.durationMs or {}):
+            if p.batchId in self.seen or not micro_batch_ran(p):
                 continue
             self.seen.add(p.batchId)
             self._account(p)

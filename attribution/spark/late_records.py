@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from joins.durations import ms_to_datetime, ms_to_iso
 
 from .layout import DETECTED_DATE
+from .query_progress import micro_batch_ran
 
 AUDITED_DIR = "_audited"
 _BATCH = re.compile(r"^(\d+)(\.compact)?$")
@@ -116,11 +117,10 @@ def _local(uri: str) -> str:
 
 def dropped_by_batch(progress) -> dict[int, int]:
     """Spark's count of rows dropped as late per micro-batch, from a query's progress updates
-    (``StreamingQuery.recentProgress``). An idle trigger reports progress under the id of the
-    micro-batch still to come, with nothing dropped: only updates of micro-batches that ran
-    (``addBatch`` timed) count."""
+    (``StreamingQuery.recentProgress``); idle triggers' updates, which vouch for nothing, are
+    skipped (``micro_batch_ran``)."""
     return {p.batchId: sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
-            for p in progress if "addBatch" in (p.durationMs or {})}
+            for p in progress if micro_batch_ran(p)}
 
 
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}

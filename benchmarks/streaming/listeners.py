@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Optional
 
+from attribution.spark.query_progress import micro_batch_ran
+
 from .sampling import cpu_between
 
 
@@ -93,11 +95,11 @@ class ProgressRecorder:
 
 
 def batches_with_data(progress: list[dict]) -> list[dict]:
-    """Micro-batches that ran (idle triggers report progress too, without ``addBatch``)."""
+    """The updates of micro-batches that ran (``micro_batch_ran``), each once."""
     seen, out = set(), []
     for p in sorted(progress, key=lambda p: (p["runId"], p["batchId"])):
         key = (p["runId"], p["batchId"])
-        if key not in seen and "addBatch" in (p.get("durationMs") or {}):
+        if key not in seen and micro_batch_ran(p):
             seen.add(key)
             out.append(p)
     return out

@@ -80,3 +80,13 @@ def test_only_micro_batches_that_ran_report_their_dropped_rows():
     updates = [_progress(0, 0), _progress(1, 4), _progress(2, 0, ran=False)]
     assert dropped_by_batch(updates) == {0: 0, 1: 4}
     assert dropped_by_batch([*updates, _progress(2, 7)]) == {0: 0, 1: 4, 2: 7}
+
+
+def test_an_idle_trigger_is_told_apart_in_both_forms_of_a_progress_update():
+    from attribution.spark.query_progress import micro_batch_ran
+
+    ran, idle = _progress(3, 0), _progress(3, 0, ran=False)
+    assert micro_batch_ran(ran) and not micro_batch_ran(idle)
+    assert micro_batch_ran({"batchId": 3, "durationMs": ran.durationMs})
+    assert not micro_batch_ran({"batchId": 3, "durationMs": idle.durationMs})
+    assert not micro_batch_ran({"batchId": 3})
