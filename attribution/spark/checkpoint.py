@@ -17,6 +17,8 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
+from joins.durations import format_duration_ms
+
 from ..config import DEFAULT_MODELS, AttributionConfig
 from .apply_in_pandas import STATE_COLUMN_FORMAT
 from .pipeline import (
@@ -167,10 +169,11 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
             bucket_keys = layout["bucket_keys"] = pinned["bucket_keys"]
         pinned.setdefault("models", list(DEFAULT_MODELS))  # versions before models existed
         if pinned != layout:
-            given = ", ".join(f"{k}={_text(v)}" for k, v in layout.items())
-            started = ", ".join(f"{k}={_text(v)}" for k, v in pinned.items())
+            differing = [k for k in {**layout, **pinned} if pinned.get(k) != layout.get(k)]
+            given, started = _as_options(layout, differing), _as_options(pinned, differing)
             hint = (" (--state-buckets auto, the default, takes the checkpoint's count)"
-                    if pinned.get("state_buckets") != layout.get("state_buckets") else "")
+                    if "state_buckets" in layout
+                    and pinned.get("state_buckets") != layout["state_buckets"] else "")
             raise CheckpointMismatch(
                 f"checkpoint {checkpoint} was started with {started}; this run asks for "
                 f"{given}. Use the original options{hint}, or a new --checkpoint (and "
@@ -184,8 +187,32 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     return PinnedState(state_buckets, bucket_keys)
 
 
-def _text(value) -> str:
-    return ",".join(value) if isinstance(value, list) else str(value)
+# How a pinned setting reads as the option that sets it; a revising setting that is off has no
+# entry in the layout file, and reads as its default (the others are absent for other backends).
+_AS_OPTION = {
+    "backend": lambda v: f"--backend {v}",
+    "state_buckets": lambda v: f"--state-buckets {v}",
+    "tws_state": lambda v: f"--tws-state {v}",
+    "models": lambda v: f"--models {','.join(v)}",
+    "half_life_ms": lambda v: f"--half-life '{format_duration_ms(v)}'",
+    "allowed_lateness_ms": lambda v: f"--allowed-lateness '{format_duration_ms(v or 0)}'",
+    "early_results": lambda v: "--early-results" if v else "no early results",
+}
+_OFF_WHEN_ABSENT = ("allowed_lateness_ms", "early_results")
+# Settings without an option, which follow from the backend and the version that started it.
+_NO_OPTION = ("state_column", "bucket_keys")
+
+
+def _as_options(layout: dict, keys: list) -> str:
+    """The settings ``keys`` of a checkpoint layout as the options that give them (a setting
+    unknown here, e.g. from a newer version, as ``name=value``)."""
+    shown = []
+    for k in keys:
+        if k in _AS_OPTION and (k in layout or k in _OFF_WHEN_ABSENT):
+            shown.append(_AS_OPTION[k](layout.get(k)))
+        elif k in layout and k not in _AS_OPTION and k not in _NO_OPTION:
+            shown.append(f"{k}={layout[k]}")
+    return ", ".join(shown)
 
 
 def _check_input(checkpoint: str, recorded: dict, source: dict) -> None:

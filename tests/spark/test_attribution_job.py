@@ -256,9 +256,11 @@ def test_a_checkpoint_refuses_a_different_state_layout(spark, tmp_path, ch7_stre
     from attribution.spark.checkpoint import CheckpointMismatch
 
     run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "7")
-    for other in (["--state-buckets", "128"], ["--backend", "transformWithState"],
-                  ["--models", "all"], ["--models", "last_touch,linear"]):
-        with pytest.raises(CheckpointMismatch, match="was started with backend=applyInPandas"):
+    for other, was in ((["--state-buckets", "128"], "--state-buckets 64"),
+                       (["--backend", "transformWithState"], "--backend applyInPandasWithState"),
+                       (["--models", "all"], "--models last_touch;"),
+                       (["--models", "last_touch,linear"], "--models last_touch;")):
+        with pytest.raises(CheckpointMismatch, match=f"was started with {was}"):
             run_job(spark, tmp_path, ch7_stream_dir, *other)
     report, rows = run_job(spark, tmp_path, ch7_stream_dir)  # the original options still run
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS

@@ -140,11 +140,11 @@ STARTED_WITH_OTHER = {
                      ["was started with --format parquet", "asks for --format json"]),
     "backend": ("json", lambda events, other: ["--events", events,
                                                "--backend", "transformWithState"],
-                ["was started with backend=applyInPandasWithState",
-                 "this run asks for backend=transformWithState"]),
+                ["was started with --backend applyInPandasWithState",
+                 "this run asks for --backend transformWithState"]),
     "state layout": ("json", lambda events, other: ["--events", events, "--state-buckets", "128"],
-                     ["was started with backend=applyInPandasWithState, state_buckets=64",
-                      "state_buckets=128"]),
+                     ["was started with --state-buckets 64;",
+                      "this run asks for --state-buckets 128."]),
 }
 
 
