@@ -347,6 +347,8 @@ def test_the_changelog_nets_to_the_oracle_over_the_accepted_records(run):
 
 def test_the_property_saw_every_kind_of_revision():
     """The property above must not pass by only ever seeing trivial runs."""
+    if not SEEN:  # selected alone (e.g. with -k): run the property's examples here first
+        test_the_changelog_nets_to_the_oracle_over_the_accepted_records()
     for situation in ("runs with a retraction", "runs with a LATE row", "runs with an EARLY row",
                       "runs that dropped a record", "copies that replaced a larger one held",
                       "runs where an emitted goal's record became no goal"):
