@@ -43,6 +43,7 @@ class JoinResult:
     expected: ExpectedCleanup
 
     def describe(self) -> str:
+        """The promised cleanup in words (``ExpectedCleanup.describe``)."""
         return self.expected.describe()
 
 
@@ -86,11 +87,14 @@ def _watermark_delay(side: JoinSide) -> tuple[Optional[int], bool]:
         if declared is not None and declared != existing[side.time_col]:
             raise JoinSpecError(
                 f"{side.name} side: {side.time_col!r} already has a watermark delay of "
-                f"{existing[side.time_col]} ms, but watermark_delay={side.watermark_delay!r} was declared")
+                f"{existing[side.time_col]} ms, but "
+                f"watermark_delay={side.watermark_delay!r} was declared")
         return existing[side.time_col], False
-    if declared is not None and not isinstance(side.df.schema[side.time_col].dataType, TimestampType):
-        raise JoinSpecError(f"{side.name} side: time column {side.time_col!r} must be a timestamp, "
-                            f"got {side.df.schema[side.time_col].dataType.simpleString()}")
+    if declared is not None:
+        time_type = side.df.schema[side.time_col].dataType
+        if not isinstance(time_type, TimestampType):
+            raise JoinSpecError(f"{side.name} side: time column {side.time_col!r} must be a "
+                                f"timestamp, got {time_type.simpleString()}")
     return declared, declared is not None
 
 
@@ -128,6 +132,9 @@ def pin_watermark(df):
     null key) then never advance the watermark. No filter is pushed through a projection with a
     non-deterministic column, so this adds one (``rand``) and a filter that uses it (always true;
     it keeps the column from being pruned), then drops it.
+
+    :param df: a streaming DataFrame, usually just after ``withWatermark``.
+    :returns: ``df`` with the same rows and columns, behind a barrier no filter is pushed through.
     """
     from pyspark.sql import functions as F
 
@@ -140,6 +147,10 @@ def filter_above_watermark(df, condition):
 
     Use it to split one watermarked stream into join inputs (e.g. by event type) while letting
     the rows of every type, heartbeats included, advance the watermark.
+
+    :param df: the watermarked streaming DataFrame to filter.
+    :param condition: a boolean ``Column`` or SQL string, as ``DataFrame.filter`` takes.
+    :returns: the filtered DataFrame.
     """
     return pin_watermark(df).filter(condition)
 
@@ -149,10 +160,12 @@ def _time_condition(left_term, right_term, state_value: StateValueCondition):
     lower, upper = state_value.lower_ms(), state_value.upper_ms()
     if lower is not None:
         bound = left_term if lower == 0 else left_term + _interval(lower)
-        conditions.append(right_term >= bound if state_value.lower_inclusive else right_term > bound)
+        conditions.append(right_term >= bound if state_value.lower_inclusive
+                          else right_term > bound)
     if upper is not None:
         bound = left_term if upper == 0 else left_term + _interval(upper)
-        conditions.append(right_term <= bound if state_value.upper_inclusive else right_term < bound)
+        conditions.append(right_term <= bound if state_value.upper_inclusive
+                          else right_term < bound)
     return conditions
 
 
@@ -162,11 +175,22 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
                 how: str = "inner", allow_unbounded_state: bool = False) -> JoinResult:
     """Join two streaming DataFrames with a declared cleanup strategy.
 
-    ``keys`` are equality keys (a name for both sides or ``(left, right)`` pairs).
     ``state_key`` and/or ``state_value`` choose the strategy: state-key, state-value, or both
-    (mixed). ``how`` is inner, left_outer, right_outer, full_outer or left_semi. Raises
-    ``JoinSpecError`` (or its subclasses ``UnboundedStateError`` / ``UnsupportedOuterJoinError``)
-    when the declaration is wrong or its state could never be cleaned.
+    (mixed).
+
+    :param left: the left input (its DataFrame, time column, watermark delay, prefix, name).
+    :param right: the right input, declared the same way.
+    :param keys: equality keys: a column name present on both sides, or ``(left, right)`` pairs of
+        names; empty when the join has only time conditions.
+    :param state_key: equality on the sides' event time (optionally on tumbling windows of it).
+    :param state_value: a time range between the sides' event times.
+    :param how: inner, left_outer, right_outer, full_outer or left_semi (or a spelling Spark
+        accepts for one of them).
+    :param allow_unbounded_state: build the join even when neither side's state can ever be
+        evicted (state then grows without bound); refused by default.
+    :returns: the joined DataFrame and the cleanup Spark is expected to perform.
+    :raises JoinSpecError: the declaration is wrong (or its subclasses ``UnboundedStateError`` /
+        ``UnsupportedOuterJoinError`` when its state could never be cleaned).
     """
     how = normalize_join_type(how)
     pairs = normalize_keys(keys)
@@ -183,7 +207,8 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
     clashes = sorted(left_names & right_names)
     if clashes:
         raise JoinSpecError(f"output columns clash after prefixing ({', '.join(clashes[:5])}); "
-                            f"give the sides different prefixes (now {left.prefix!r} and {right.prefix!r})")
+                            f"give the sides different prefixes "
+                            f"(now {left.prefix!r} and {right.prefix!r})")
     window_columns = (None, None)
     if window_ms is not None:
         window_columns = (left.prefix + WINDOW_SUFFIX, right.prefix + WINDOW_SUFFIX)
@@ -191,14 +216,15 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
         if taken:
             raise JoinSpecError(f"column {taken[0]!r} is reserved for the join window; rename it")
 
-    (left_delay, left_apply), (right_delay, right_apply) = _watermark_delay(left), _watermark_delay(right)
+    left_delay, left_apply = _watermark_delay(left)
+    right_delay, right_apply = _watermark_delay(right)
     session = left.df.sparkSession
     policy = (session.conf.get(WATERMARK_POLICY_CONF, "min") or "min").lower()
     expected = expected_cleanup(
         SideFacts("left", left.name, left.prefix + left.time_col, window_columns[0], left_delay,
                   left.time_col),
-        SideFacts("right", right.name, right.prefix + right.time_col, window_columns[1], right_delay,
-                  right.time_col),
+        SideFacts("right", right.name, right.prefix + right.time_col, window_columns[1],
+                  right_delay, right.time_col),
         how, state_key, state_value, watermark_policy=policy)
     check_join(expected, has_equality=bool(pairs) or state_key is not None,
                allow_unbounded_state=allow_unbounded_state)
@@ -224,7 +250,8 @@ def stream_join(left: JoinSide, right: JoinSide, keys: Sequence[KeySpec] = (), *
         # A timestamp range next to a window key compares timestamps, not windows.
         value_windowed = state_value.window is not None
         left_term = _col(window_columns[0]) if value_windowed else _col(left.prefix + left.time_col)
-        right_term = _col(window_columns[1]) if value_windowed else _col(right.prefix + right.time_col)
+        right_term = (_col(window_columns[1]) if value_windowed
+                      else _col(right.prefix + right.time_col))
         conditions += _time_condition(left_term, right_term, state_value)
     condition = conditions[0]
     for extra in conditions[1:]:

@@ -53,23 +53,31 @@ class SideCleanup:
 
     @property
     def cleanable(self) -> bool:
+        """Whether Spark ever evicts this side's state."""
         return self.strategy != "none"
 
     def threshold_ms(self, watermark_ms: Optional[int]) -> Optional[int]:
-        """The eviction threshold for global watermark ``watermark_ms`` (None if never evicted)."""
+        """The eviction threshold at a given global watermark.
+
+        :param watermark_ms: the global watermark W in epoch ms, or ``None`` before it exists.
+        :returns: ``W + offset_ms``, or ``None`` if the side is never evicted or W is undefined.
+        """
         if not self.cleanable or watermark_ms is None:
             return None
         return watermark_ms + self.offset_ms
 
     def target(self) -> str:
+        """The compared value: the column, or ``column.field`` for a window."""
         return f"{self.column}.{self.field}" if self.field else str(self.column)
 
     def describe(self) -> str:
+        """One line: the side's strategy and eviction predicate, or what it is missing."""
         if not self.cleanable:
             return f"{self.side} ({self.name}): never evicted; missing: {'; '.join(self.missing)}"
         offset = "" if self.offset_ms == 0 else (
             f" + {self.offset_ms} ms" if self.offset_ms > 0 else f" - {-self.offset_ms} ms")
-        return f"{self.side} ({self.name}): {self.strategy}, evict rows with {self.target()} <= W{offset}"
+        return (f"{self.side} ({self.name}): {self.strategy}, "
+                f"evict rows with {self.target()} <= W{offset}")
 
 
 @dataclass(frozen=True)
@@ -83,13 +91,16 @@ class ExpectedCleanup:
     watermark_policy: str = "min"
 
     def sides(self) -> tuple[SideCleanup, SideCleanup]:
+        """The left and the right side's cleanup, in that order."""
         return self.left, self.right
 
     @property
     def bounded(self) -> bool:
+        """Whether both sides' state is evicted (the join's state stays bounded)."""
         return self.left.cleanable and self.right.cleanable
 
     def watermark_rule(self) -> str:
+        """How the global watermark W is computed from the sides' watermarks, in words."""
         parts = [f"max({s.time_column}) - {s.watermark_delay_ms} ms"
                  for s in self.sides() if s.has_watermark]
         if not parts:
@@ -105,21 +116,25 @@ class ExpectedCleanup:
         out = []
         for s in preserved:
             if s.cleanable:
-                out.append(f"unmatched {s.side} ({s.name}) rows are emitted with nulls in the batch "
-                           f"that evicts them, i.e. once W{_signed(s.offset_ms)} >= {s.target()}")
+                out.append(f"unmatched {s.side} ({s.name}) rows are emitted with nulls in the "
+                           f"batch that evicts them, "
+                           f"i.e. once W{_signed(s.offset_ms)} >= {s.target()}")
             else:
                 out.append(f"unmatched {s.side} ({s.name}) rows are never emitted: "
                            "the side is never evicted")
         return out
 
     def describe(self) -> str:
+        """The whole promise as indented lines: strategy, watermark rule, sides, outer rows."""
         lines = [f"strategy {self.strategy}, join {self.how}; {self.watermark_rule()}",
                  "  " + self.left.describe(), "  " + self.right.describe()]
         lines += ["  " + line for line in self.outer_rows()]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"strategy": self.strategy, "how": self.how, "watermark_policy": self.watermark_policy,
+        """The promise as a JSON-ready dict (both sides in full, plus the derived rules)."""
+        return {"strategy": self.strategy, "how": self.how,
+                "watermark_policy": self.watermark_policy,
                 "watermark_rule": self.watermark_rule(), "bounded": self.bounded,
                 "left": asdict(self.left), "right": asdict(self.right),
                 "outer_rows": self.outer_rows()}
@@ -144,6 +159,7 @@ class SideFacts:
 
     @property
     def has_watermark(self) -> bool:
+        """Whether the side is watermarked."""
         return self.watermark_delay_ms is not None
 
 
@@ -151,7 +167,18 @@ def expected_cleanup(left: SideFacts, right: SideFacts, how: str,
                      state_key: Optional[StateKeyCondition],
                      state_value: Optional[StateValueCondition],
                      watermark_policy: str = "min") -> ExpectedCleanup:
-    """Predict Spark's per-side state cleanup for the declared join (see the module docstring)."""
+    """Predict Spark's per-side state cleanup for the declared join (see the module docstring).
+
+    :param left: the left side as prepared (time and window column names, watermark delay).
+    :param right: the right side, likewise.
+    :param how: the canonical join type (``normalize_join_type``).
+    :param state_key: the declared event-time equality, or ``None``.
+    :param state_value: the declared time range, or ``None``.
+    :param watermark_policy: the session's ``spark.sql.streaming.multipleWatermarkPolicy``
+        (``min`` or ``max``), used to describe W.
+    :returns: the per-side cleanup; a side Spark never cleans has strategy ``none`` and lists
+        what it is missing.
+    """
     strategy = strategy_of(state_key, state_value)
     any_watermark = left.has_watermark or right.has_watermark
 
@@ -175,8 +202,8 @@ def expected_cleanup(left: SideFacts, right: SideFacts, how: str,
 
     if state_value is None:
         if state_key is None:
-            missing = ["a time condition: StateKeyCondition (equality on event time or on a window) "
-                       "or StateValueCondition (a time range)"]
+            missing = ["a time condition: StateKeyCondition (equality on event time or on a "
+                       "window) or StateValueCondition (a time range)"]
             if not any_watermark:
                 missing.append("a watermark on at least one side")
         else:

@@ -104,11 +104,17 @@ def spark_interval(ms: int) -> str:
 
 
 def ms_to_datetime(ms: int) -> _dt.datetime:
-    """Epoch milliseconds to an aware UTC datetime."""
+    """Epoch milliseconds to an aware UTC datetime.
+
+    :param ms: milliseconds since 1970-01-01T00:00:00Z.
+    """
     return EPOCH + _dt.timedelta(milliseconds=ms)
 
 
 def ms_to_iso(ms: int) -> str:
     """Epoch milliseconds to the JSON-lines form of an event time, e.g.
-    ``1970-01-01T12:01:00.000Z``."""
+    ``1970-01-01T12:01:00.000Z``.
+
+    :param ms: milliseconds since 1970-01-01T00:00:00Z.
+    """
     return ms_to_datetime(ms).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -34,33 +34,48 @@ def _fix_for(side: SideCleanup) -> str:
     bound = "an upper" if side.side == "left" else "a lower"
     return (f"either add StateKeyCondition (event time or a window as an equality key) with a "
             f"watermark on at least one side, or use StateValueCondition with {bound} bound "
-            f"(it limits how far {side.side} rows can wait for a match) and watermarks on both sides")
+            f"(it limits how far {side.side} rows can wait for a match) "
+            f"and watermarks on both sides")
 
 
 def check_equality(has_equality: bool) -> None:
-    """Spark's stream-stream join is a hash join: it needs at least one equality condition."""
+    """Spark's stream-stream join is a hash join: it needs at least one equality condition.
+
+    :param has_equality: whether the join has an equality key or a ``StateKeyCondition``.
+    :raises JoinSpecError: it has neither.
+    """
     if not has_equality:
         raise JoinSpecError("a stream-stream join needs at least one equality: give keys=[...] "
                             "or a StateKeyCondition")
 
 
 def check_outer(expected: ExpectedCleanup) -> None:
-    """Raise ``UnsupportedOuterJoinError`` if a preserved side can never be evicted."""
+    """Refuse an outer or semi join whose preserved side can never be evicted.
+
+    :param expected: the predicted cleanup of the join.
+    :raises UnsupportedOuterJoinError: naming each such side, what it misses and the fix.
+    """
     sides = {"left": expected.left, "right": expected.right}
-    broken = [sides[name] for name in PRESERVED_SIDES.get(expected.how, ()) if not sides[name].cleanable]
+    broken = [sides[name] for name in PRESERVED_SIDES.get(expected.how, ())
+              if not sides[name].cleanable]
     if not broken:
         return
     problems = []
     for side in broken:
-        problems.append(f"the {side.side} side ({side.name}) is never evicted, so its unmatched rows "
-                        f"could never be emitted (missing: {'; '.join(side.missing)}). "
+        problems.append(f"the {side.side} side ({side.name}) is never evicted, so its unmatched "
+                        f"rows could never be emitted (missing: {'; '.join(side.missing)}). "
                         f"To fix it, {_fix_for(side)}")
     raise UnsupportedOuterJoinError(f"{expected.how} join is not supported as declared: "
                                     + " Also, ".join(problems))
 
 
 def check_bounded(expected: ExpectedCleanup, allow_unbounded_state: bool) -> None:
-    """Raise ``UnboundedStateError`` unless every side is evicted or the caller opted in."""
+    """Refuse a join with a side whose state is never evicted, unless the caller opted in.
+
+    :param expected: the predicted cleanup of the join.
+    :param allow_unbounded_state: accept unbounded state (small or short-lived inputs).
+    :raises UnboundedStateError: naming each side never evicted and what it misses.
+    """
     never = [s for s in expected.sides() if not s.cleanable]
     if not never or allow_unbounded_state:
         return
@@ -71,8 +86,16 @@ def check_bounded(expected: ExpectedCleanup, allow_unbounded_state: bool) -> Non
         f"(small or short-lived inputs)")
 
 
-def check_join(expected: ExpectedCleanup, *, has_equality: bool, allow_unbounded_state: bool) -> None:
-    """All guardrails, most specific first."""
+def check_join(expected: ExpectedCleanup, *, has_equality: bool,
+               allow_unbounded_state: bool) -> None:
+    """All guardrails, most specific first.
+
+    :param expected: the predicted cleanup of the join.
+    :param has_equality: whether the join has an equality key or a ``StateKeyCondition``.
+    :param allow_unbounded_state: accept a side whose state is never evicted.
+    :raises JoinSpecError: from the first check that fails (``check_equality``,
+        ``check_outer``, ``check_bounded``).
+    """
     check_equality(has_equality)
     check_outer(expected)
     check_bounded(expected, allow_unbounded_state)

@@ -5,7 +5,7 @@ After at least one micro-batch, the query's last executed plan contains one
 
     StreamingSymmetricHashJoin [id#0, ts#1-T2000ms], [id#3, ts#4-T2000ms], Inner, condition = [...],
     state info [ ..., opId = 0, ... ] ..., 8000, 8000,
-    state cleanup [ left key predicate: (input[1, timestamp, true] <= 8000000), right = null ], 2, Append
+    state cleanup [ left key predicate: (input[1, timestamp, true] <= 8000000), right = null ], ...
 
 ``parse_plan`` turns that text into ``JoinInspection``s: per side the strategy (``state-key`` for
 a key predicate, ``state-value`` for a value predicate, ``none``), the predicate text, the column
@@ -28,7 +28,8 @@ PREDICATE_KINDS = {"key": "state-key", "value": "state-value"}
 _HEAD = re.compile(r"StreamingSymmetricHashJoin \[(?P<lkeys>[^\]]*)\], \[(?P<rkeys>[^\]]*)\], "
                    r"(?P<type>\w+), condition = ")
 _OP_ID = re.compile(r"opId = (\d+)")
-_WATERMARKS = re.compile(r"(None|Some\(-?\d+\)|-?\d+), (None|Some\(-?\d+\)|-?\d+), state cleanup \[")
+_WATERMARKS = re.compile(r"(None|Some\(-?\d+\)|-?\d+), (None|Some\(-?\d+\)|-?\d+), "
+                         r"state cleanup \[")
 _THRESHOLD = re.compile(r"<= (-?\d+)\)$")
 _BOUND_KEY = re.compile(r"^\(input\[(\d+), [^\]]*\](\.\w+)? <=")
 _VALUE_COLUMN = re.compile(r"^\((\w+)#\d+(?:-T\d+ms)?(\.\w+)? <=")
@@ -51,6 +52,7 @@ class DetectedSide:
     threshold_ms: Optional[int] = None
 
     def describe(self) -> str:
+        """One line: the side's strategy, predicate and threshold."""
         if self.strategy == "none":
             return f"{self.side}: none (state never evicted)"
         return f"{self.side}: {self.strategy}, {self.predicate} (evicts <= {self.threshold_ms} ms)"
@@ -70,14 +72,17 @@ class JoinInspection:
     node: str = ""
 
     def sides(self) -> tuple[DetectedSide, DetectedSide]:
+        """The left and the right side, in that order."""
         return self.left, self.right
 
     def to_dict(self) -> dict:
+        """The inspection as a JSON-ready dict, without the raw plan node."""
         out = asdict(self)
         out.pop("node")
         return out
 
     def describe(self) -> str:
+        """One line: operator id, join type, eviction watermark and both sides."""
         return (f"join operator {self.operator_id} ({self.join_type}), eviction watermark "
                 f"{self.eviction_watermark_ms} ms: {self.left.describe()}; {self.right.describe()}")
 
@@ -143,7 +148,13 @@ def _parse_side(side: str, text: str, pos: int, keys: list[str]) -> tuple[Detect
 
 
 def parse_plan(plan_text: str, batch_id: Optional[int] = None) -> list[JoinInspection]:
-    """Every stream-stream join node of an executed-plan text, in plan order."""
+    """Every stream-stream join node of an executed-plan text, in plan order.
+
+    :param plan_text: the executed physical plan as ``query.explain()`` prints it.
+    :param batch_id: the micro-batch the plan belongs to, recorded in each inspection.
+    :returns: one inspection per join node (empty when the plan has none).
+    :raises InspectionError: a join node whose state cleanup text cannot be parsed.
+    """
     inspections = []
     for line in plan_text.splitlines():
         head = _HEAD.search(line)
@@ -168,7 +179,11 @@ def parse_plan(plan_text: str, batch_id: Optional[int] = None) -> list[JoinInspe
 
 
 def executed_plan_text(query) -> str:
-    """The text of the query's last executed physical plan (what ``query.explain()`` prints)."""
+    """The text of the query's last executed physical plan (what ``query.explain()`` prints).
+
+    :param query: a started ``StreamingQuery``.
+    :raises InspectionError: the query has not run a micro-batch yet.
+    """
     text = query._jsq.explainInternal(False)
     if JOIN_NODE not in text and "No physical plan" in text:
         raise InspectionError("the query has not run a micro-batch yet: inspect it after "
@@ -177,7 +192,11 @@ def executed_plan_text(query) -> str:
 
 
 def inspect_joins(query) -> list[JoinInspection]:
-    """All stream-stream joins of a started query, as Spark planned them for its last batch."""
+    """All stream-stream joins of a started query, as Spark planned them for its last batch.
+
+    :param query: a started ``StreamingQuery`` that has run at least one micro-batch.
+    :raises InspectionError: no batch has run yet, or the plan has no stream-stream join.
+    """
     progress = query.lastProgress
     batch_id = progress["batchId"] if progress is not None else None
     inspections = parse_plan(executed_plan_text(query), batch_id)
@@ -188,7 +207,12 @@ def inspect_joins(query) -> list[JoinInspection]:
 
 
 def inspect_join(query) -> JoinInspection:
-    """The single stream-stream join of a query (raises if it has several: use inspect_joins)."""
+    """The single stream-stream join of a query.
+
+    :param query: a started ``StreamingQuery`` that has run at least one micro-batch.
+    :raises InspectionError: as ``inspect_joins``, or the query has several joins (use
+        ``inspect_joins`` then).
+    """
     inspections = inspect_joins(query)
     if len(inspections) != 1:
         raise InspectionError(f"the query has {len(inspections)} stream-stream joins; "
@@ -201,6 +225,10 @@ def check_cleanup(expected: ExpectedCleanup, inspection: JoinInspection) -> list
 
     Compared: the join type, and per side the strategy, the column (and window field) the
     predicate tests, and the eviction threshold implied by the operator's eviction watermark.
+
+    :param expected: the promise ``stream_join`` returned (``JoinResult.expected``).
+    :param inspection: the join as Spark runs it (``inspect_join``).
+    :returns: one sentence per difference.
     """
     problems = []
     spark_type = SPARK_JOIN_TYPES[expected.how]
@@ -209,7 +237,8 @@ def check_cleanup(expected: ExpectedCleanup, inspection: JoinInspection) -> list
     for promised, detected in zip(expected.sides(), inspection.sides()):
         where = f"{promised.side} side ({promised.name})"
         if promised.strategy != detected.strategy:
-            problems.append(f"{where}: expected {promised.strategy}, Spark chose {detected.strategy}"
+            problems.append(f"{where}: expected {promised.strategy}, "
+                            f"Spark chose {detected.strategy}"
                             + (f" {detected.predicate}" if detected.predicate else ""))
             continue
         if not promised.cleanable:
@@ -219,11 +248,13 @@ def check_cleanup(expected: ExpectedCleanup, inspection: JoinInspection) -> list
             problems.append(f"{where}: expected the predicate on {promised.column}, "
                             f"Spark tests {detected.column}")
         if (detected.field or None) != (promised.field or None):
-            problems.append(f"{where}: expected field {promised.field}, Spark tests {detected.field}")
+            problems.append(f"{where}: expected field {promised.field}, "
+                            f"Spark tests {detected.field}")
         want = promised.threshold_ms(inspection.eviction_watermark_ms)
         if want is not None and detected.threshold_ms != want:
             problems.append(f"{where}: expected eviction threshold {want} ms at watermark "
-                            f"{inspection.eviction_watermark_ms} ms, Spark uses {detected.threshold_ms} ms")
+                            f"{inspection.eviction_watermark_ms} ms, "
+                            f"Spark uses {detected.threshold_ms} ms")
     return problems
 
 
@@ -232,7 +263,12 @@ class CleanupMismatch(AssertionError):
 
 
 def assert_cleanup(expected: ExpectedCleanup, inspection: JoinInspection) -> None:
-    """Raise ``CleanupMismatch`` listing every difference found by ``check_cleanup``."""
+    """Fail when the running join does not clean its state as promised.
+
+    :param expected: the promise ``stream_join`` returned (``JoinResult.expected``).
+    :param inspection: the join as Spark runs it (``inspect_join``).
+    :raises CleanupMismatch: listing every difference found by ``check_cleanup``.
+    """
     problems = check_cleanup(expected, inspection)
     if problems:
         raise CleanupMismatch("; ".join(problems))

@@ -33,11 +33,16 @@ class JoinStateRows:
     watermark: Optional[str]
 
     def to_dict(self) -> dict:
+        """The counters as a plain dict."""
         return asdict(self)
 
 
 def progress_dict(progress: Any) -> dict:
-    """A query progress as a plain dict, whether given as a dict, JSON text or PySpark object."""
+    """A query progress as a plain dict.
+
+    :param progress: a progress as a dict, JSON text, or PySpark ``StreamingQueryProgress``.
+    :raises TypeError: it is none of these.
+    """
     if isinstance(progress, dict):
         return progress
     if isinstance(progress, str):
@@ -49,7 +54,11 @@ def progress_dict(progress: Any) -> dict:
 
 
 def join_state_rows(progress: Any) -> list[JoinStateRows]:
-    """The join operators' state counters in one progress (empty if it has no join)."""
+    """The join operators' state counters in one progress.
+
+    :param progress: one micro-batch's progress, in any form ``progress_dict`` takes.
+    :returns: one entry per join operator, in plan order (empty if the batch has no join).
+    """
     p = progress_dict(progress)
     operators = [op for op in p.get("stateOperators") or []
                  if op.get("operatorName") == JOIN_OPERATOR_NAME]
@@ -74,7 +83,11 @@ class JoinStateCollector:
         self._rows: dict[tuple[int, int], JoinStateRows] = {}
 
     def add(self, progress: Any) -> list[JoinStateRows]:
-        """Record one progress; return its join rows that were new."""
+        """Record one progress.
+
+        :param progress: one micro-batch's progress, in any form ``progress_dict`` takes.
+        :returns: its join rows that were not recorded before.
+        """
         new = []
         for row in join_state_rows(progress):
             key = (row.batch_id, row.join_index)
@@ -84,24 +97,40 @@ class JoinStateCollector:
         return new
 
     def add_all(self, progresses: Iterable[Any]) -> list[JoinStateRows]:
+        """Record several progresses (``add`` each).
+
+        :param progresses: micro-batch progresses, in any form ``progress_dict`` takes.
+        :returns: their join rows that were not recorded before.
+        """
         new = []
         for progress in progresses:
             new += self.add(progress)
         return new
 
     def poll(self, query) -> list[JoinStateRows]:
-        """Record the query's ``recentProgress``; return the rows not seen before."""
+        """Record the query's ``recentProgress``.
+
+        :param query: a started ``StreamingQuery``.
+        :returns: the rows not seen before.
+        """
         return self.add_all(query.recentProgress)
 
     def rows(self, join_index: int = 0) -> list[JoinStateRows]:
-        """The recorded rows of one join operator, by batch id."""
+        """The recorded rows of one join operator, by batch id.
+
+        :param join_index: the operator's position in plan order (0 for the first join).
+        """
         return sorted((r for (b, j), r in self._rows.items() if j == join_index),
                       key=lambda r: r.batch_id)
 
     def totals(self, join_index: int = 0) -> list[int]:
-        """``numRowsTotal`` per batch, in batch order."""
+        """``numRowsTotal`` per batch, in batch order.
+
+        :param join_index: the operator's position in plan order (0 for the first join).
+        """
         return [r.total for r in self.rows(join_index)]
 
     def to_records(self) -> list[dict]:
+        """Every recorded row as a dict, by batch id then join index."""
         return [r.to_dict() for r in sorted(self._rows.values(),
                                              key=lambda r: (r.batch_id, r.join_index))]

@@ -40,9 +40,16 @@ class JoinSpecError(ValueError):
     """A join declaration that cannot be built; the message says what to change."""
 
 
-def duration_ms(value: Optional[Duration], what: str, allow_negative: bool = False) -> Optional[int]:
-    """A duration given as ``"2 seconds"``/``"-5 minutes"`` or as integer milliseconds, in ms
-    (``None`` stays ``None``); a bad one raises ``JoinSpecError``."""
+def duration_ms(value: Optional[Duration], what: str,
+                allow_negative: bool = False) -> Optional[int]:
+    """A duration of a join declaration in milliseconds.
+
+    :param value: ``"2 seconds"``/``"-5 minutes"``, integer milliseconds, or ``None``.
+    :param what: the declaration's field, named in the error message.
+    :param allow_negative: accept a negative duration (a range offset may be negative).
+    :returns: the duration in ms, or ``None`` for ``None``.
+    :raises JoinSpecError: the value does not parse, or is negative when that is not allowed.
+    """
     if value is None:
         return None
     try:
@@ -52,7 +59,12 @@ def duration_ms(value: Optional[Duration], what: str, allow_negative: bool = Fal
 
 
 def normalize_join_type(how: str) -> str:
-    """Map a Spark join-type spelling to one of ``JOIN_TYPES`` or raise ``JoinSpecError``."""
+    """Map a Spark join-type spelling to one of ``JOIN_TYPES``.
+
+    :param how: a spelling Spark accepts (``"left"``, ``"leftouter"``, ``"left-outer"``, ...).
+    :returns: the canonical name (``"left_outer"``).
+    :raises JoinSpecError: the join type is not one a stream-stream join supports.
+    """
     canonical = _JOIN_TYPE_ALIASES.get(str(how).strip().lower().replace("-", "_"))
     if canonical is None:
         raise JoinSpecError(
@@ -80,6 +92,7 @@ class JoinSide:
     name: Optional[str] = None
 
     def delay_ms(self) -> Optional[int]:
+        """The declared watermark delay in ms (``None`` when none is declared)."""
         return duration_ms(self.watermark_delay, f"watermark_delay of side {self.name!r}")
 
 
@@ -91,6 +104,8 @@ class StateKeyCondition:
     window: Optional[Duration] = None
 
     def window_ms(self) -> Optional[int]:
+        """The window size in ms (``None`` without a window); raises ``JoinSpecError`` unless
+        positive."""
         ms = duration_ms(self.window, "StateKeyCondition.window")
         if ms is not None and ms <= 0:
             raise JoinSpecError("StateKeyCondition.window must be a positive duration")
@@ -114,24 +129,33 @@ class StateValueCondition:
     window: Optional[Duration] = None
 
     def lower_ms(self) -> Optional[int]:
+        """The lower offset in ms (``None`` when omitted)."""
         return duration_ms(self.lower, "StateValueCondition.lower", allow_negative=True)
 
     def upper_ms(self) -> Optional[int]:
+        """The upper offset in ms (``None`` when omitted)."""
         return duration_ms(self.upper, "StateValueCondition.upper", allow_negative=True)
 
     def window_ms(self) -> Optional[int]:
+        """The window size in ms (``None`` without a window); raises ``JoinSpecError`` unless
+        positive."""
         ms = duration_ms(self.window, "StateValueCondition.window")
         if ms is not None and ms <= 0:
             raise JoinSpecError("StateValueCondition.window must be a positive duration")
         return ms
 
     def validate(self) -> None:
+        """Check the range: at least one bound, not empty, and zero offsets on windows.
+
+        :raises JoinSpecError: naming what is wrong with the range.
+        """
         lower, upper, window = self.lower_ms(), self.upper_ms(), self.window_ms()
         if lower is None and upper is None:
             raise JoinSpecError("StateValueCondition needs a lower and/or an upper bound, "
                                 "e.g. StateValueCondition(lower='0 seconds', upper='10 minutes')")
         if lower is not None and upper is not None:
-            empty = lower > upper or (lower == upper and not (self.lower_inclusive and self.upper_inclusive))
+            closed = self.lower_inclusive and self.upper_inclusive
+            empty = lower > upper or (lower == upper and not closed)
             if empty:
                 raise JoinSpecError(f"StateValueCondition range is empty: lower {self.lower!r} "
                                     f"is not below upper {self.upper!r}")
@@ -142,23 +166,36 @@ class StateValueCondition:
 
 
 def normalize_keys(keys: Sequence[KeySpec]) -> list[tuple[str, str]]:
-    """Equality keys as ``(left column, right column)`` pairs; a plain name means both sides."""
+    """Equality keys as ``(left column, right column)`` pairs.
+
+    :param keys: column names (a plain name means the same column on both sides) and
+        ``(left, right)`` pairs; a single name or pair is accepted too.
+    :returns: one ``(left, right)`` pair per key.
+    :raises JoinSpecError: a key is neither a name nor a pair of names.
+    """
     if isinstance(keys, (str, tuple)):
         keys = [keys]
     pairs = []
     for key in keys or ():
         if isinstance(key, str):
             pairs.append((key, key))
-        elif isinstance(key, (tuple, list)) and len(key) == 2 and all(isinstance(k, str) for k in key):
+        elif (isinstance(key, (tuple, list)) and len(key) == 2
+              and all(isinstance(k, str) for k in key)):
             pairs.append((key[0], key[1]))
         else:
-            raise JoinSpecError(f"join key {key!r}: use a column name or a (left, right) pair of names")
+            raise JoinSpecError(
+                f"join key {key!r}: use a column name or a (left, right) pair of names")
     return pairs
 
 
 def strategy_of(state_key: Optional[StateKeyCondition],
                 state_value: Optional[StateValueCondition]) -> str:
-    """The requested strategy: which time conditions the join declares."""
+    """The requested strategy: which time conditions the join declares.
+
+    :param state_key: the declared event-time equality, or ``None``.
+    :param state_value: the declared time range, or ``None``.
+    :returns: one of ``STRATEGIES``.
+    """
     if state_key is not None and state_value is not None:
         return "mixed"
     if state_key is not None:
@@ -170,11 +207,20 @@ def strategy_of(state_key: Optional[StateKeyCondition],
 
 def validate_conditions(state_key: Optional[StateKeyCondition],
                         state_value: Optional[StateValueCondition]) -> Optional[int]:
-    """Check the time conditions together; return the window size (ms) the sides need, if any."""
+    """Check the time conditions together.
+
+    :param state_key: the declared event-time equality, or ``None``.
+    :param state_value: the declared time range, or ``None``.
+    :returns: the window size (ms) the sides need, or ``None`` when no window is compared.
+    :raises JoinSpecError: a condition has the wrong type, is invalid, or the two disagree on
+        the window.
+    """
     if state_key is not None and not isinstance(state_key, StateKeyCondition):
-        raise JoinSpecError(f"state_key must be a StateKeyCondition, got {type(state_key).__name__}")
+        raise JoinSpecError(
+            f"state_key must be a StateKeyCondition, got {type(state_key).__name__}")
     if state_value is not None and not isinstance(state_value, StateValueCondition):
-        raise JoinSpecError(f"state_value must be a StateValueCondition, got {type(state_value).__name__}")
+        raise JoinSpecError(
+            f"state_value must be a StateValueCondition, got {type(state_value).__name__}")
     key_window = state_key.window_ms() if state_key else None
     value_window = None
     if state_value is not None:
@@ -182,6 +228,6 @@ def validate_conditions(state_key: Optional[StateKeyCondition],
         value_window = state_value.window_ms()
     if state_key is not None and value_window is not None and key_window != value_window:
         # Spark allows one event-time column per side: a window range needs the same window as key.
-        raise JoinSpecError("a mixed join comparing windows needs StateKeyCondition(window=...) with "
-                            "the same window size as StateValueCondition(window=...)")
+        raise JoinSpecError("a mixed join comparing windows needs StateKeyCondition(window=...) "
+                            "with the same window size as StateValueCondition(window=...)")
     return key_window if key_window is not None else value_window

@@ -35,6 +35,9 @@ def session_conf(spark, conf: Mapping[str, str]) -> Iterator[None]:
     """Set runtime SQL confs for the duration of a block, then restore the previous values.
 
     Streaming queries read these when they start; queries started inside the block keep them.
+
+    :param spark: the ``SparkSession`` whose runtime conf to change.
+    :param conf: SQL conf keys and the values to hold inside the block.
     """
     previous = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
@@ -50,7 +53,12 @@ def session_conf(spark, conf: Mapping[str, str]) -> Iterator[None]:
 
 
 def row(side: str, row_id: str, seconds: float) -> dict:
-    """One input row: ``side`` is ``L`` or ``R``, ``seconds`` its event time after the epoch."""
+    """One input row for ``StepDriver.write``.
+
+    :param side: ``L`` or ``R``, the join side the row feeds.
+    :param row_id: the row's ``id`` (the join key in the default schema).
+    :param seconds: its event time, in seconds after the epoch.
+    """
     return {"side": side, "id": row_id, "ts": ms_to_iso(int(round(seconds * 1000)))}
 
 
@@ -59,6 +67,15 @@ class StepDriver:
 
     def __init__(self, spark, root: Optional[Path] = None, schema: str = STEP_SCHEMA,
                  max_files_per_trigger: Optional[int] = None):
+        """Prepare the input directory; nothing runs until ``start``.
+
+        :param spark: the ``SparkSession`` to read and run with.
+        :param root: the directory for the step files and the checkpoint (a new temporary
+            directory by default).
+        :param schema: the DDL schema of the step files.
+        :param max_files_per_trigger: the file source's ``maxFilesPerTrigger`` (unset by
+            default: a step's file is read in one micro-batch).
+        """
         self.spark = spark
         self.root = Path(root or tempfile.mkdtemp(prefix="joinsteps-"))
         self.input_dir = self.root / "input"
@@ -80,14 +97,22 @@ class StepDriver:
 
     @staticmethod
     def split(stream):
-        """The ``L`` and ``R`` rows of the stream, without the ``side`` column."""
+        """The ``L`` and ``R`` rows of the stream, without the ``side`` column.
+
+        :param stream: the stream ``source`` returned (possibly watermarked).
+        :returns: the left and the right input, in that order.
+        """
         from pyspark.sql import functions as F
 
         return (stream.filter(F.col("side") == "L").drop("side"),
                 stream.filter(F.col("side") == "R").drop("side"))
 
     def write(self, rows: Iterable[dict]) -> Path:
-        """Write one step file atomically (Spark ignores hidden files until the rename)."""
+        """Write one step file atomically (Spark ignores hidden files until the rename).
+
+        :param rows: the step's rows as dicts (``row`` builds them).
+        :returns: the path of the file written.
+        """
         n = next(self._counter)
         final = self.input_dir / f"step-{n:05d}.json"
         hidden = self.input_dir / f".step-{n:05d}.json.tmp"
@@ -98,7 +123,13 @@ class StepDriver:
         return final
 
     def start(self, df, to_tuple: Optional[Callable] = None):
-        """Start ``df`` with a collecting ``foreachBatch`` sink and its own checkpoint."""
+        """Start ``df`` with a collecting ``foreachBatch`` sink and its own checkpoint.
+
+        :param df: the streaming DataFrame to run (the join built from ``split``'s sides).
+        :param to_tuple: turns each output ``Row`` into the value recorded (``tuple`` by
+            default).
+        :returns: the started ``StreamingQuery``.
+        """
         convert = to_tuple or tuple
 
         def collect(batch_df, batch_id):
@@ -109,7 +140,10 @@ class StepDriver:
         return self.query
 
     def step(self, rows: Iterable[dict]) -> list:
-        """Write one step, process it fully, and return the rows it emitted."""
+        """Write one step, process it fully, and return the rows it emitted.
+
+        :param rows: the step's rows as dicts (``row`` builds them).
+        """
         self.write(rows)
         self.query.processAllAvailable()
         return self.drain()
@@ -121,5 +155,6 @@ class StepDriver:
         return out
 
     def stop(self) -> None:
+        """Stop the query, if one was started."""
         if self.query is not None:
             self.query.stop()
