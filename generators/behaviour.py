@@ -69,10 +69,18 @@ class EventColumns:
         return len(self.seq)
 
     def take(self, rows: np.ndarray) -> "EventColumns":
+        """The events at the given positions, every column alike.
+
+        :param rows: integer positions or a boolean mask, as numpy indexing takes.
+        """
         return EventColumns(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
     @staticmethod
     def concat(parts: list["EventColumns"]) -> "EventColumns":
+        """The events of several parts, one after the other.
+
+        :param parts: the parts to join, in order.
+        """
         return EventColumns(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
                                for f in fields(EventColumns)})
 
@@ -86,6 +94,10 @@ def batch_sessions(params: GeneratorParams, rng: np.random.Generator) -> Session
     ``total_span``, sessions starting at or after its end are dropped (every user keeps the
     first, which starts within ``span``) and none is moved past it (``latest_start``); the
     caller cuts the events at the end.
+
+    :param params: the generator's settings.
+    :param rng: the random source (the only one: the same seed gives the same sessions).
+    :returns: the sessions, grouped by user and in time order within a user.
     """
     n = params.users
     counts = 1 + rng.poisson(params.sessions_per_user - 1.0, n)
@@ -113,7 +125,14 @@ def batch_sessions(params: GeneratorParams, rng: np.random.Generator) -> Session
 def block_sessions(params: GeneratorParams, rng: np.random.Generator, block_start: int,
                    block_span: int) -> Sessions:
     """Sessions starting within one stream block ``[block_start, block_start + block_span)``,
-    by users drawn from the pool, so users come back block after block."""
+    by users drawn from the pool, so users come back block after block.
+
+    :param params: the generator's settings.
+    :param rng: the random source.
+    :param block_start: the block's first millisecond (epoch ms).
+    :param block_span: the block's length in ms.
+    :returns: ``params.sessions_per_block`` sessions, grouped by user and in time order.
+    """
     n = params.sessions_per_block
     user = rng.integers(0, params.users, n)
     start = block_start + rng.integers(0, block_span, n)
@@ -142,6 +161,12 @@ def sessions_to_events(params: GeneratorParams, site: SiteArrays, sessions: Sess
 
     ``seq`` runs from ``first_seq``; an impression's ``impression_id`` is its ``seq``, so both
     are unique across a dataset or a stream.
+
+    :param params: the generator's settings.
+    :param site: the site's pages, links, ads and campaigns as arrays.
+    :param sessions: the sessions to play (``batch_sessions`` or ``block_sessions``).
+    :param rng: the random source.
+    :param first_seq: the ``seq`` of the first event returned.
     """
     S = len(sessions)
     n_ads = len(site.ad_source)
@@ -282,7 +307,12 @@ def _retargeted(params: GeneratorParams, sessions: Sessions,
 def goal_values(params: GeneratorParams, rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` goals' conversion values: lognormal with median ``goal_value_median`` and log
     standard deviation ``goal_value_sigma``, rounded to cents; a ``goal_value_null_prob`` share
-    is NaN (no value)."""
+    is NaN (no value).
+
+    :param params: the generator's settings.
+    :param rng: the random source.
+    :param n: how many values to draw.
+    """
     normal, unknown = rng.standard_normal(n), rng.random(n)
     values = np.round(params.goal_value_median * np.exp(params.goal_value_sigma * normal), 2)
     values[unknown < params.goal_value_null_prob] = np.nan

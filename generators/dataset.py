@@ -1,4 +1,5 @@
-"""The library API: ``build(params)`` makes a dataset in memory, ``generate(params, out)`` writes it.
+"""The library API: ``build(params)`` makes a dataset in memory, ``generate(params, out)``
+writes it.
 
 ``generate`` writes, under ``out``:
 
@@ -77,7 +78,10 @@ class Dataset:
     _arrival_ts: Optional[np.ndarray] = field(default=None, init=False, repr=False)
 
     def file_events(self, k: int) -> EventColumns:
-        """The records of file ``k`` in their written order."""
+        """The records of file ``k`` in their written order.
+
+        :param k: the file's index (0 for ``part-00000``).
+        """
         return self.events.take(self.arrival.rows[self.arrival.file_slices()[k]])
 
     def arrival_ts(self) -> np.ndarray:
@@ -89,22 +93,35 @@ class Dataset:
         return self._arrival_ts
 
     def arrival_lag(self) -> np.ndarray:
+        """Each record's arrival delay, in arrival order (``disorder.arrival_lag``)."""
         return arrival_lag(self.arrival_ts())
 
     def file_ts(self) -> list[np.ndarray]:
+        """Each file's event times, in written order."""
         ts = self.arrival_ts()
         return [ts[s] for s in self.arrival.file_slices()]
 
     def late_masks(self, lag_batches: int = SPARK_WATERMARK_LAG) -> list[np.ndarray]:
-        """Per file, the records late for ``params.watermark_delay`` (``disorder.late_mask``)."""
+        """Per file, the records late for ``params.watermark_delay`` (``disorder.late_mask``).
+
+        :param lag_batches: 1 for Spark's rule, 0 for the stricter current-watermark reading.
+        """
         return late_mask(self.file_ts(), self.params.watermark_delay_ms, lag_batches)
 
     def late_event_ids(self, lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
+        """The late records' event ids, in arrival order.
+
+        :param lag_batches: 1 for Spark's rule, 0 for the stricter current-watermark reading.
+        """
         late = np.concatenate(self.late_masks(lag_batches))
         return id_array(self.events.seq[self.arrival.rows[late]]).to_pylist()
 
     def picture(self, late: np.ndarray, watermarks: np.ndarray) -> DisorderPicture:
-        """What ``skew.png`` and ``delays.png`` show, given the late mask and file watermarks."""
+        """What ``skew.png`` and ``delays.png`` show.
+
+        :param late: which records are late, in arrival order (all files concatenated).
+        :param watermarks: the watermark each file is judged by (``disorder.file_watermarks``).
+        """
         p = self.params
         bound = delay_bound_ms(p)
         late_total = int(late.sum())
@@ -119,7 +136,8 @@ class Dataset:
 
     @property
     def heartbeat_ts(self) -> Optional[int]:
-        """Last event time + watermark delay + 1 ms: enough for the watermark to pass every goal."""
+        """Last event time + watermark delay + 1 ms: enough for the watermark to pass every
+        goal (``None`` without a heartbeat or without events)."""
         if not self.params.heartbeat or not len(self.events):
             return None
         return int(self.events.ts.max()) + self.params.watermark_delay_ms + 1
@@ -139,27 +157,35 @@ class GenerationResult:
 
     @property
     def skew_png(self) -> Optional[Path]:
+        """The event-time-against-arrival picture, if drawn."""
         return next((p for p in self.pictures if p.name == SKEW_FILE), None)
 
     @property
     def delays_png(self) -> Optional[Path]:
+        """The arrival-delay distribution picture, if drawn."""
         return next((p for p in self.pictures if p.name == DELAYS_FILE), None)
 
     @property
     def events_dir(self) -> Path:
+        """The directory of the event files."""
         return self.out / EVENTS_DIR
 
     @property
     def truth_path(self) -> Path:
+        """The truth file (written only when the truth was asked for)."""
         return self.out / TRUTH_FILE
 
     @property
     def records(self) -> int:
+        """How many records the event files hold, heartbeat included."""
         return sum(f["records"] for f in self.manifest["files"])
 
 
 def build(params: GeneratorParams) -> Dataset:
-    """Generate the site, the users' sessions and events, and their arrival order, in memory."""
+    """Generate the site, the users' sessions and events, and their arrival order, in memory.
+
+    :param params: the generator's parameters (the seed makes the result reproducible).
+    """
     graph = build_site(params)
     site = to_arrays(graph)
     vocab = Vocabulary(site.urls, user_ids(params.seed, params.users), site.campaigns)

@@ -57,11 +57,18 @@ class Arrival:
     requested_late: int
 
     def file_slices(self) -> list[slice]:
+        """One slice of ``rows`` per file, in file order."""
         return [slice(int(a), int(b)) for a, b in zip(self.file_edges[:-1], self.file_edges[1:])]
 
 
 def delays(params: GeneratorParams, kind: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Transport delay (ms) of each record under the chosen model."""
+    """Transport delay (ms) of each record under the chosen model.
+
+    :param params: the generator's settings.
+    :param kind: each record's event kind (``VISIT`` or ``IMPRESSION``).
+    :param rng: the random source.
+    :raises ValueError: ``params.disorder`` names no model.
+    """
     n = len(kind)
     if params.disorder == "bounded":
         return rng.integers(0, params.ms("max_delay") + 1, n)
@@ -71,13 +78,17 @@ def delays(params: GeneratorParams, kind: np.ndarray, rng: np.random.Generator) 
     if params.disorder == "heavy-tail":
         # numpy's pareto is the Lomax form (>= 0): scale * Lomax has a power-law tail.
         scale = params.ms("tail_scale")
-        return np.minimum(np.round(scale * rng.pareto(params.tail_alpha, n)), 2 ** 50).astype(np.int64)
+        tail = np.round(scale * rng.pareto(params.tail_alpha, n))
+        return np.minimum(tail, 2 ** 50).astype(np.int64)
     raise ValueError(f"unknown disorder model {params.disorder!r}")
 
 
 def delay_bound_ms(params: GeneratorParams) -> Optional[int]:
     """The most a record's transport delay can be under the chosen model (``None`` for the
-    heavy tail, which has no bound). Records made late on purpose are outside it."""
+    heavy tail, which has no bound). Records made late on purpose are outside it.
+
+    :param params: the generator's settings.
+    """
     if params.disorder == "bounded":
         return params.ms("max_delay")
     if params.disorder == "per-source":
@@ -87,12 +98,21 @@ def delay_bound_ms(params: GeneratorParams) -> Optional[int]:
 
 def arrival_order(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Records in arrival order: ``(rows, arrival_ts, is_copy)``; ties keep generation order."""
+    """Records in arrival order; ties keep generation order.
+
+    :param params: the generator's settings.
+    :param ts: each event's event time (epoch ms), in generation order.
+    :param kind: each event's kind, in the same order.
+    :param rng: the random source.
+    :returns: ``(rows, arrival_ts, is_copy)``: the event row of each record, its arrival time,
+        and whether it is a redelivered copy.
+    """
     n = len(ts)
     copies = int(round(params.redelivery_rate * n))
     dup = np.sort(rng.choice(n, size=copies, replace=False)) if copies else np.empty(0, np.int64)
     rows = np.concatenate([np.arange(n, dtype=np.int64), dup.astype(np.int64)])
-    arrive = np.concatenate([ts + delays(params, kind, rng), ts[dup] + delays(params, kind[dup], rng)])
+    arrive = np.concatenate([ts + delays(params, kind, rng),
+                             ts[dup] + delays(params, kind[dup], rng)])
     order = np.argsort(arrive, kind="stable")
     is_copy = np.zeros(len(rows), dtype=bool)
     is_copy[n:] = True
@@ -101,7 +121,13 @@ def arrival_order(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
 
 def arrange(params: GeneratorParams, ts: np.ndarray, kind: np.ndarray,
             rng: np.random.Generator) -> Arrival:
-    """Arrival order, files, and the records made late on purpose."""
+    """Arrival order, files, and the records made late on purpose.
+
+    :param params: the generator's settings.
+    :param ts: each event's event time (epoch ms), in generation order.
+    :param kind: each event's kind, in the same order.
+    :param rng: the random source.
+    """
     rows, _, is_copy = arrival_order(params, ts, kind, rng)
     files = params.files
     requested = int(round(params.late_fraction * len(ts)))
@@ -160,6 +186,12 @@ def file_watermarks(file_ts: Sequence[np.ndarray], delay_ms: int,
 
     Batch ``j``'s watermark is the maximum event time of the files before it minus ``delay_ms``,
     never below 0 (Spark's initial watermark); file ``k`` is judged by batch ``k - lag_batches``.
+
+    :param file_ts: each file's event times (epoch ms), files in reading order.
+    :param delay_ms: the watermark delay.
+    :param lag_batches: how many batches behind the watermark a file is judged by (1 is Spark's
+        rule, 0 the stricter reading).
+    :returns: one watermark per file.
     """
     batch = np.zeros(len(file_ts), dtype=np.int64)
     seen = None
@@ -176,7 +208,15 @@ def file_watermarks(file_ts: Sequence[np.ndarray], delay_ms: int,
 
 def late_mask(file_ts: Sequence[np.ndarray], delay_ms: int,
               lag_batches: int = SPARK_WATERMARK_LAG) -> list[np.ndarray]:
-    """Per file, which records a one-file-per-batch Spark stream drops as late (module docstring)."""
+    """Per file, which records a one-file-per-batch Spark stream drops as late.
+
+    See the module docstring for the rule.
+
+    :param file_ts: each file's event times (epoch ms), files in reading order.
+    :param delay_ms: the watermark delay.
+    :param lag_batches: as ``file_watermarks``.
+    :returns: one boolean mask per file.
+    """
     watermark = file_watermarks(file_ts, delay_ms, lag_batches)
     return [np.asarray(ts, dtype=np.int64) <= w for ts, w in zip(file_ts, watermark)]
 
@@ -194,6 +234,10 @@ def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]], dela
 
     ``files_events`` lists each file's records (``Event``s or raw records with ``ts`` and
     ``event_id``), files in reading order. A redelivered event may be listed once per late copy.
+
+    :param files_events: the files' records, as above.
+    :param delay_ms: the watermark delay.
+    :param lag_batches: as ``file_watermarks``.
     """
     ids: list[list[str]] = []
     stamps: list[np.ndarray] = []
@@ -209,7 +253,12 @@ def late_event_ids(files_events: Iterable[Iterable[Union[Event, Mapping]]], dela
 
 def late_event_ids_in_dir(events_dir, delay_ms: int,
                           lag_batches: int = SPARK_WATERMARK_LAG) -> list[str]:
-    """``late_event_ids`` for an event directory as written (files in name order)."""
+    """``late_event_ids`` for an event directory as written (files in name order).
+
+    :param events_dir: the directory of event files (any format the generator writes).
+    :param delay_ms: the watermark delay.
+    :param lag_batches: as ``file_watermarks``.
+    """
     from attribution.spark.files import data_files, read_event_records
 
     return late_event_ids((read_event_records(f) for f in data_files(events_dir)), delay_ms,
@@ -217,7 +266,11 @@ def late_event_ids_in_dir(events_dir, delay_ms: int,
 
 
 def arrival_lag(arrival_ts: np.ndarray) -> np.ndarray:
-    """How far behind the maximum event time seen so far (itself included) each record is."""
+    """How far behind the maximum event time seen so far (itself included) each record is.
+
+    :param arrival_ts: the records' times (epoch ms) in arrival order.
+    :returns: each record's lag in ms (0 for a record that raises the maximum).
+    """
     if not len(arrival_ts):
         return np.empty(0, dtype=np.int64)
     return np.maximum.accumulate(arrival_ts) - arrival_ts

@@ -43,6 +43,10 @@ _LIBRARIES = ("numpy", "faker", "pyarrow", "fastavro", "networkx")
 
 
 def sha256_of(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes.
+
+    :param path: the file to hash.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -62,7 +66,10 @@ def library_versions() -> dict:
 
 
 def event_counts(dataset) -> dict:
-    """Counts by kind over the distinct generated events and the written records."""
+    """Counts by kind over the distinct generated events and the written records.
+
+    :param dataset: the ``generators.dataset.Dataset`` generated.
+    """
     ev = dataset.events
     visit = ev.kind == VISIT
     imp = ev.kind == IMPRESSION
@@ -120,6 +127,10 @@ def _distinct(*columns: np.ndarray) -> int:
 
 
 def site_summary(dataset) -> dict:
+    """The site's shape: pages, goal and search pages, links, ads, domains, campaigns.
+
+    :param dataset: the ``generators.dataset.Dataset`` generated.
+    """
     site = dataset.site
     return {
         "pages": int(site.n_pages),
@@ -170,13 +181,19 @@ def _quantile(values: np.ndarray, q: float) -> int:
 
 
 def delay_stats(lag: np.ndarray) -> dict:
-    """Records, median, p99 and maximum of some records' arrival delays (milliseconds)."""
+    """Records, median, p99 and maximum of some records' arrival delays (milliseconds).
+
+    :param lag: the records' arrival delays in ms (``disorder.arrival_lag``).
+    """
     return {"records": int(len(lag)), "p50_ms": _quantile(lag, 50), "p99_ms": _quantile(lag, 99),
             "max_ms": int(lag.max()) if len(lag) else 0}
 
 
 def event_time_range(ts: np.ndarray) -> dict:
-    """First and last event time and the span between them."""
+    """First and last event time and the span between them.
+
+    :param ts: event times in epoch ms, in any order.
+    """
     if not len(ts):
         return {"first_ms": None, "last_ms": None, "span_ms": 0}
     first, last = int(ts.min()), int(ts.max())
@@ -190,7 +207,10 @@ def _when(ms: int) -> str:
 
 
 def summary(manifest: dict) -> dict:
-    """One line each for people, in human units: event time, disorder, truth (when computed)."""
+    """One line each for people, in human units: event time, disorder, truth (when computed).
+
+    :param manifest: the manifest as ``build_manifest`` makes it (before its ``summary``).
+    """
     params, d, span = manifest["params"], manifest["disorder"], manifest["event_time"]
     lines = {}
     if span["first_ms"] is not None:
@@ -217,9 +237,17 @@ def summary(manifest: dict) -> dict:
 
 def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late: int,
                    truth: Optional[dict], heartbeat: Optional[dict]) -> dict:
-    """The manifest as a dict; ``files`` are per-file entries, ``late_ids`` the late records'
-    event ids in arrival order by Spark's rule, ``strict_late`` how many records the stricter
-    current-watermark reading counts (see ``disorder.late_mask``)."""
+    """The manifest as a dict.
+
+    :param dataset: the ``generators.dataset.Dataset`` generated.
+    :param files: one entry per written file (name, records, event-time range, watermark, late
+        records, checksum), in name order.
+    :param late_ids: the late records' event ids in arrival order, by Spark's rule.
+    :param strict_late: how many records the stricter current-watermark reading counts (see
+        ``disorder.late_mask``).
+    :param truth: the ``truth_summary`` entry, or ``None`` when no truth was computed.
+    :param heartbeat: the heartbeat's file, event id and time, or ``None`` without one.
+    """
     params = dataset.params
     lag = dataset.arrival_lag()
     kind = dataset.events.kind[dataset.arrival.rows]
@@ -261,7 +289,14 @@ def build_manifest(dataset, files: list[dict], late_ids: list[str], strict_late:
 
 
 def write_manifest(manifest: dict, out: Path, late_ids: list[str]) -> Path:
-    """Write ``manifest.json`` (and the late id list when it is long); return the manifest path."""
+    """Write ``manifest.json`` (and the late id list when it is long).
+
+    :param manifest: the manifest from ``build_manifest``.
+    :param out: the output directory.
+    :param late_ids: the late records' event ids, written to ``late_event_ids.txt`` when the
+        manifest refers to that file.
+    :returns: the path of ``manifest.json``.
+    """
     out = Path(out)
     if "late_event_ids_file" in manifest["disorder"]:
         (out / LATE_IDS_FILE).write_text("".join(i + "\n" for i in late_ids), encoding="utf-8")

@@ -34,18 +34,27 @@ REPEAT_PAGES = 20
 
 
 def _visit(n: int, url: str, referer: str, is_goal: bool = False) -> Event:
-    return Event(f"v{n:07d}", CHAIN_USER, "visit", (n + 1) * MS_PER_SECOND, url=url, referer=referer,
-                 is_goal=is_goal)
+    return Event(f"v{n:07d}", CHAIN_USER, "visit", (n + 1) * MS_PER_SECOND, url=url,
+                 referer=referer, is_goal=is_goal)
 
 
 def click_event(n: int, target: str, ts_offset: int = 0) -> Event:
-    """The chain user's ad click number ``n`` (at ``n`` seconds plus ``ts_offset`` ms) to ``target``."""
+    """The chain user's ad click number ``n``.
+
+    :param n: the click's number: its impression id, and its time in seconds after the epoch.
+    :param target: the landing URL.
+    :param ts_offset: milliseconds added to its time.
+    """
     return Event(f"i{n:07d}", CHAIN_USER, "impression", n * MS_PER_SECOND + ts_offset,
                  impression_id=n, source_url=SEARCH, target_url=target)
 
 
 def chain_events(visits: int, goal_every: int) -> list[Event]:
-    """A click and one referer chain of ``visits`` pages, every ``goal_every``-th page a goal."""
+    """A click and one referer chain of visited pages.
+
+    :param visits: how many visits the chain has.
+    :param goal_every: every this-many-th page is a goal.
+    """
     events = [click_event(0, "/p0")]
     referer = SEARCH
     for n in range(visits):
@@ -56,7 +65,14 @@ def chain_events(visits: int, goal_every: int) -> list[Event]:
 
 
 def repeat_events(visits: int, goal_every: int, seed: int) -> list[Event]:
-    """Visits over a few pages with random referers: URL cycles and many repeat visits."""
+    """Visits over a few pages with random referers: URL cycles and many repeat visits.
+
+    An ad click precedes every 50th visit.
+
+    :param visits: how many visits.
+    :param goal_every: every this-many-th visit is a goal.
+    :param seed: seeds the random choice of pages and referers.
+    """
     rng = random.Random(seed)
     pages = [f"/page{k}" for k in range(REPEAT_PAGES)]
     events = []
@@ -83,6 +99,11 @@ def _search(k: int) -> str:
 
 
 def is_paid(k: int, organic_every: int) -> bool:
+    """Whether hot-key session ``k`` starts with an ad click.
+
+    :param k: the session's number, from 0.
+    :param organic_every: every this-many-th session is organic (0: none).
+    """
     return organic_every <= 0 or k % organic_every != organic_every - 1
 
 
@@ -112,15 +133,20 @@ def hot_key_events(sessions: int, organic_every: int = 10,
         referer = _search(k) if paid else SOCIAL
         path = ("/landing", *PAGES, "/goal")
         for step, url in enumerate(path, start=1):
-            events.append(Event(f"s{k:06d}-v{step}", HOT_USER, "visit", t0 + step * 5 * MS_PER_SECOND,
+            events.append(Event(f"s{k:06d}-v{step}", HOT_USER, "visit",
+                                t0 + step * 5 * MS_PER_SECOND,
                                 url=url, referer=referer, is_goal=url == "/goal"))
             referer = url
     return events
 
 
 def hot_key_expected_rows(sessions: int, organic_every: int = 10) -> list[tuple]:
-    """The spec's answer, derived by hand (see the module docstring), in goal order:
-    ``(goal_event_id, impression_id, trail)``."""
+    """The spec's answer for ``hot_key_events``, derived by hand (see the module docstring).
+
+    :param sessions: how many sessions.
+    :param organic_every: every this-many-th session is organic (0: none).
+    :returns: ``(goal_event_id, impression_id, trail)`` per goal, in goal order.
+    """
     trail = ("/landing", *PAGES)
     return [(f"s{k:06d}-v9", k, trail) if is_paid(k, organic_every) else (f"s{k:06d}-v9", None, ())
             for k in range(sessions)]

@@ -55,6 +55,7 @@ class SiteArrays:
 
     @property
     def out_degree(self) -> np.ndarray:
+        """Each page's number of outgoing links."""
         return np.diff(self.link_ptr)
 
 
@@ -86,7 +87,10 @@ def _unique(draw, count: int, limit: int = 50) -> list[str]:
 def build_site(params: GeneratorParams) -> nx.DiGraph:
     """Build the site graph. Nodes are ints in insertion order with attributes ``url``,
     ``kind`` (page/search), ``domain`` and ``is_goal``; edges carry ``kind`` (link/ad).
-    Campaigns: see ``_add_campaigns``."""
+    Campaigns: see ``_add_campaigns``.
+
+    :param params: the generator's parameters (seed, pages, domains, links, ads, goals).
+    """
     rng = np.random.Generator(np.random.PCG64([params.seed, 11]))
     fake = _faker(params.seed)
     domains = _unique(fake.domain_name, params.domains)
@@ -110,7 +114,8 @@ def build_site(params: GeneratorParams) -> nx.DiGraph:
             if i == 0:
                 url = f"https://www.{domain}/"
             elif goal[i]:
-                url = f"https://www.{domain}/{paths[i - 1]}/{_GOAL_SUFFIXES[i % len(_GOAL_SUFFIXES)]}"
+                suffix = _GOAL_SUFFIXES[i % len(_GOAL_SUFFIXES)]
+                url = f"https://www.{domain}/{paths[i - 1]}/{suffix}"
             else:
                 url = f"https://www.{domain}/{paths[i - 1]}"
             graph.add_node(int(ids[i]), url=url, kind=PAGE, domain=d, is_goal=bool(goal[i]))
@@ -171,18 +176,28 @@ def _add_campaigns(graph: nx.DiGraph, params: GeneratorParams) -> None:
 
 
 def link_graph(graph: nx.DiGraph) -> nx.DiGraph:
-    """The page-to-page link subgraph (what a visitor can walk)."""
+    """The page-to-page link subgraph (what a visitor can walk).
+
+    :param graph: the site graph from ``build_site``.
+    """
     return graph.edge_subgraph([(u, v) for u, v, k in graph.edges(data="kind") if k == LINK])
 
 
 def forward_links(graph: nx.DiGraph) -> nx.DiGraph:
-    """The links that point deeper into a site; this subgraph is a DAG by construction."""
+    """The links that point deeper into a site; this subgraph is a DAG by construction.
+
+    :param graph: the site graph from ``build_site``.
+    """
     return graph.edge_subgraph([(u, v) for u, v, k in graph.edges(data="kind")
                                 if k == LINK and v > u])
 
 
 def to_arrays(graph: nx.DiGraph) -> SiteArrays:
-    """Flatten the graph to CSR arrays, keeping networkx's insertion order (deterministic)."""
+    """Flatten the graph to CSR arrays, keeping networkx's insertion order (deterministic).
+
+    :param graph: the site graph from ``build_site``.
+    :raises ValueError: the nodes are not numbered 0..n-1, pages first.
+    """
     nodes = list(graph.nodes)
     if nodes != list(range(len(nodes))):
         raise ValueError("site graph nodes must be 0..n-1 in insertion order")
@@ -227,6 +242,10 @@ def user_ids(seed: int, count: int, pool: int = 1_000) -> list[str]:
 
     Faker is called for at most ``pool`` names; users share them by index, and the number
     keeps ids distinct (the dash keeps ``ann1``+``2`` apart from ``ann``+``12``).
+
+    :param seed: the generator's seed (the same seed gives the same ids).
+    :param count: how many ids.
+    :param pool: the most names drawn from Faker.
     """
     fake = _faker(seed + 1)
     stems = [fake.user_name() for _ in range(min(count, pool))]

@@ -38,7 +38,8 @@ _BARS, _FINE_PER_BAR = 60, 8
 # 1 h, 6 h, 1 day, 1 week, 30 days, 1 year.
 _DELAY_TICKS_MS = [1, 10, 100, 1_000, 10_000, 60_000, 600_000, 3_600_000, 21_600_000,
                    86_400_000, 604_800_000, 2_592_000_000, 31_536_000_000]
-_WATERMARK_LABEL = "watermark each file is judged by: the previous file's batch's (late: at or below)"
+_WATERMARK_LABEL = ("watermark each file is judged by: the previous file's batch's "
+                    "(late: at or below)")
 
 
 @dataclass
@@ -68,8 +69,12 @@ class DisorderPicture:
 
 
 def draw_pictures(picture: DisorderPicture, out_dir) -> list[Path]:
-    """Draw ``skew.png`` and ``delays.png`` into ``out_dir``; return their paths (none when
-    matplotlib is not installed)."""
+    """Draw ``skew.png`` and ``delays.png``.
+
+    :param picture: what to draw (``Dataset.picture``).
+    :param out_dir: the directory to write them to.
+    :returns: their paths (none when matplotlib is not installed).
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     except ImportError:
@@ -95,7 +100,11 @@ def _save(fig, path: Path) -> Path:
 
 def zoom_window(arrival_ts: np.ndarray, width_ms: int) -> tuple[int, int]:
     """The arrival positions ``[lo, hi)`` of the busiest stretch over which the maximum event
-    time seen rises by at most ``width_ms``: the most records, the earliest on ties."""
+    time seen rises by at most ``width_ms``: the most records, the earliest on ties.
+
+    :param arrival_ts: event times (epoch ms) in arrival order.
+    :param width_ms: the most the running maximum event time may rise within the stretch.
+    """
     if not len(arrival_ts):
         return 0, 0
     top = np.maximum.accumulate(arrival_ts)

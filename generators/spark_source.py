@@ -1,4 +1,5 @@
-"""The generator as a Spark source (Python Data Source API): ``spark.readStream.format("streamgen")``.
+"""The generator as a Spark source (Python Data Source API):
+``spark.readStream.format("streamgen")``.
 
 Register once per session with ``register(spark)``, then::
 
@@ -53,7 +54,11 @@ _SPARK_ARROW_SCHEMA = pa.schema([f.with_nullable(True) for f in arrow_schema(EVE
 
 
 def register(spark) -> str:
-    """Register the source with a session; returns its format name."""
+    """Register the source with a session.
+
+    :param spark: the ``SparkSession`` to register it with.
+    :returns: its format name, ``streamgen``.
+    """
     spark.dataSource.register(SyntheticEventSource)
     return SOURCE_NAME
 
@@ -78,7 +83,8 @@ def _parse_options(options) -> tuple[GeneratorParams, dict]:
             generator[key] = value
     params = GeneratorParams.from_options(generator)
     known = {f.replace("_", "") for f in params.to_dict()}
-    unknown = [k for k in generator if str(k).replace("_", "").replace("-", "").lower() not in known]
+    unknown = [k for k in generator
+               if str(k).replace("_", "").replace("-", "").lower() not in known]
     if unknown:
         raise ValueError(f"unknown {SOURCE_NAME} option(s): {', '.join(sorted(unknown))}; "
                          f"source options: rowsPerSecond, maxRowsPerBatch, totalRows, "
@@ -93,15 +99,27 @@ class SyntheticEventSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name, ``streamgen``."""
         return SOURCE_NAME
 
     def schema(self):
+        """The spec's event schema."""
         return spark_struct(EVENT_SCHEMA)
 
     def streamReader(self, schema) -> "SyntheticEventStreamReader":
+        """A streaming reader for this source's options.
+
+        :param schema: the schema Spark resolved (always ``schema()``'s).
+        :raises ValueError: an option is unknown or out of range.
+        """
         return SyntheticEventStreamReader(self.options)
 
     def reader(self, schema) -> "SyntheticEventBatchReader":
+        """A batch reader for this source's options.
+
+        :param schema: the schema Spark resolved (always ``schema()``'s).
+        :raises ValueError: an option is unknown or out of range.
+        """
         return SyntheticEventBatchReader(self.options)
 
 
@@ -109,6 +127,7 @@ class RangePartition(InputPartition):
     """A slice of the stream: ``(segment, row_from, row_to)`` pieces."""
 
     def __init__(self, pieces: list[tuple[int, int, int]]):
+        """:param pieces: ``(segment, row_from, row_to)`` ranges, ``row_to`` excluded."""
         super().__init__(pieces)
         self.pieces = pieces
 
@@ -146,6 +165,14 @@ class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
     """Offsets are stream positions; see the module docstring."""
 
     def __init__(self, options):
+        """Parse and check the options.
+
+        :param options: the reader's options: the source's own (``rowsPerSecond``,
+            ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams``
+            fields.
+        :raises ValueError: an option is unknown or out of range, or the stream would be
+            endless and unthrottled.
+        """
         self.params, settings = _parse_options(options)
         self.rows_per_second = settings["rowspersecond"]
         self.max_rows_per_batch = settings["maxrowsperbatch"]
@@ -160,6 +187,7 @@ class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         self._available_now: Optional[int] = None
 
     def initialOffset(self) -> dict:
+        """The stream's first position."""
         return Position().to_offset()
 
     def _available(self, start: Position) -> int:
@@ -184,15 +212,22 @@ class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         return allowed
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRowsPerBatch`` records per micro-batch, or all available without a cap."""
         if self.max_rows_per_batch:
             return ReadMaxRows(self.max_rows_per_batch)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Fix how many records the run reads (see ``_available``)."""
         self._trigger_available_now = True
         self._available_now = None
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The position the next micro-batch reads up to.
+
+        :param start: the offset the micro-batch starts at.
+        :param limit: Spark's read limit (``ReadMaxRows`` caps the records).
+        """
         begin = Position.from_offset(start)
         target = max(self._available(begin), begin.events)
         if isinstance(limit, ReadMaxRows):
@@ -202,24 +237,44 @@ class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         return stream_for(self.params).advance(begin, target - begin.events).to_offset()
 
     def reportLatestOffset(self) -> Optional[dict]:
+        """Not reported: the source has no backlog beyond what the rate admits."""
         return None
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        """The records between two offsets, cut into ``numPartitions`` partitions.
+
+        :param start: the micro-batch's first offset.
+        :param end: its end offset (excluded).
+        """
         stream = stream_for(self.params)
         pieces = stream.pieces(Position.from_offset(start), Position.from_offset(end))
         return _split(pieces, self.num_partitions)
 
     def read(self, partition: RangePartition) -> Iterator:
+        """Generate one partition's records as Arrow batches.
+
+        :param partition: the ranges to generate.
+        """
         return _read(self.params, partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: every range can be regenerated from the options."""
+        """Nothing to release: every range can be regenerated from the options.
+
+        :param end: the offset committed.
+        """
 
 
 class SyntheticEventBatchReader(DataSourceReader):
     """The first ``totalRows`` records of the stream, as a batch DataFrame."""
 
     def __init__(self, options):
+        """Parse and check the options.
+
+        :param options: the reader's options: the source's own (``rowsPerSecond``,
+            ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams``
+            fields.
+        :raises ValueError: an option is unknown or out of range, or ``totalRows`` is 0.
+        """
         self.params, settings = _parse_options(options)
         self.total_rows = settings["totalrows"]
         self.num_partitions = settings["numpartitions"]
@@ -227,10 +282,15 @@ class SyntheticEventBatchReader(DataSourceReader):
             raise ValueError(f"{SOURCE_NAME}: a batch read needs totalRows > 0")
 
     def partitions(self) -> list[RangePartition]:
+        """The first ``totalRows`` records, cut into ``numPartitions`` partitions."""
         stream = stream_for(self.params)
         end = stream.advance(Position(), self.total_rows)
         return _split(stream.pieces(Position(), end), self.num_partitions) or \
             [RangePartition([])]
 
     def read(self, partition: RangePartition) -> Iterator:
+        """Generate one partition's records as Arrow batches.
+
+        :param partition: the ranges to generate.
+        """
         return _read(self.params, partition)

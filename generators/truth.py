@@ -198,8 +198,10 @@ def _user_ranks(table: pa.Table) -> tuple[list[str], np.ndarray]:
 def rows_to_table(rows: Sequence[Attribution]) -> pa.Table:
     """Attribution rows as an Arrow table in the output schema, column by column.
 
-    The same table as ``attribution.spark.files.attributions_to_arrow`` (a test holds them equal),
-    without building one dict and two datetimes per row.
+    The same table as ``attribution.spark.files.attributions_to_arrow`` (a test holds them
+    equal), without building one dict and two datetimes per row.
+
+    :param rows: the attribution rows, in the order the table keeps.
     """
     # A row is a tuple of the schema's fields in order (``Attribution``): zip transposes them.
     by_field = list(zip(*rows)) if rows else [()] * len(OUTPUT_ARROW_SCHEMA)
@@ -241,6 +243,11 @@ def attribute_table(table: pa.Table, config: AttributionConfig, part: int = 0,
                     parts: int = 1) -> Truth:
     """The oracle's rows for the users of range ``part`` of ``parts`` (``events_by_user``) of
     ``table``, as an output table. This is what each process runs over its range of users.
+
+    :param table: event records in arrival order (as read back from the files).
+    :param config: the attribution rules' parameters and models.
+    :param part: which range of users, from 0.
+    :param parts: how many ranges the users are cut into.
     """
     counts = dict.fromkeys(config.models, 0)
     with _no_cyclic_gc():
@@ -249,8 +256,8 @@ def attribute_table(table: pa.Table, config: AttributionConfig, part: int = 0,
 
 
 def split_by_user(table: pa.Table, parts: int) -> list[pa.Table]:
-    """Cut ``table`` into ``parts`` tables by ranges of sorted ``user_id`` (heartbeats, which have
-    none, dropped), each range holding about the same number of records; each keeps the
+    """Cut ``table`` into ``parts`` tables by ranges of sorted ``user_id`` (heartbeats, which
+    have none, dropped), each range holding about the same number of records; each keeps the
     records' order.
 
     :param table: event records in arrival order.
@@ -316,8 +323,12 @@ def compute_truth(events_dir, fmt: str, config: AttributionConfig,
 
 
 def write_truth(table: pa.Table, path: Path) -> None:
-    """Write the truth table as one Parquet file (as ``attribution.spark.files.write_attributions``
-    does)."""
+    """Write the truth table as one Parquet file (as
+    ``attribution.spark.files.write_attributions`` does).
+
+    :param table: the truth rows in the output schema (``rows_to_table``).
+    :param path: the file to write; its directory is created if needed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)

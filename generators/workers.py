@@ -41,11 +41,15 @@ def processes_for(users: int, requested: Optional[int] = None) -> int:
     return 2 if available_cores() >= 2 and users >= PARALLEL_MIN_USERS else 1
 
 
-def start_helpers(processes: int, modules: tuple[str, ...] = ()) -> Optional[ProcessPoolExecutor]:
+def start_helpers(processes: int,
+                  modules: tuple[str, ...] = ()) -> Optional[ProcessPoolExecutor]:
     """A pool of ``processes - 1`` spawned helpers (``None`` for one process), started now and
     importing ``modules``, so that their start-up overlaps with the caller's work.
 
     The caller shuts the pool down (``pool.shutdown()``) when done.
+
+    :param processes: the processes of the run, this one included (``processes_for``).
+    :param modules: modules each helper imports at once; one that is missing is skipped.
     """
     if processes <= 1:
         return None
