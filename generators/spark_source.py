@@ -124,10 +124,12 @@ class SyntheticEventSource(DataSource):
 
 
 class RangePartition(InputPartition):
-    """A slice of the stream: ``(segment, row_from, row_to)`` pieces."""
+    """A slice of the stream.
+
+    :param pieces: ``(segment, row_from, row_to)`` ranges, ``row_to`` excluded.
+    """
 
     def __init__(self, pieces: list[tuple[int, int, int]]):
-        """:param pieces: ``(segment, row_from, row_to)`` ranges, ``row_to`` excluded."""
         super().__init__(pieces)
         self.pieces = pieces
 
@@ -162,17 +164,15 @@ def _read(params: GeneratorParams, partition: RangePartition) -> Iterator:
 
 
 class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are stream positions; see the module docstring."""
+    """Offsets are stream positions; see the module docstring.
+
+    :param options: the reader's options: the source's own (``rowsPerSecond``,
+        ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams`` fields.
+    :raises ValueError: an option is unknown or out of range, or the stream would be endless
+        and unthrottled.
+    """
 
     def __init__(self, options):
-        """Parse and check the options.
-
-        :param options: the reader's options: the source's own (``rowsPerSecond``,
-            ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams``
-            fields.
-        :raises ValueError: an option is unknown or out of range, or the stream would be
-            endless and unthrottled.
-        """
         self.params, settings = _parse_options(options)
         self.rows_per_second = settings["rowspersecond"]
         self.max_rows_per_batch = settings["maxrowsperbatch"]
@@ -265,16 +265,14 @@ class SyntheticEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
 
 
 class SyntheticEventBatchReader(DataSourceReader):
-    """The first ``totalRows`` records of the stream, as a batch DataFrame."""
+    """The first ``totalRows`` records of the stream, as a batch DataFrame.
+
+    :param options: the reader's options: the source's own (``rowsPerSecond``,
+        ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams`` fields.
+    :raises ValueError: an option is unknown or out of range, or ``totalRows`` is 0.
+    """
 
     def __init__(self, options):
-        """Parse and check the options.
-
-        :param options: the reader's options: the source's own (``rowsPerSecond``,
-            ``maxRowsPerBatch``, ``totalRows``, ``numPartitions``) and ``GeneratorParams``
-            fields.
-        :raises ValueError: an option is unknown or out of range, or ``totalRows`` is 0.
-        """
         self.params, settings = _parse_options(options)
         self.total_rows = settings["totalrows"]
         self.num_partitions = settings["numpartitions"]

@@ -63,19 +63,20 @@ def row(side: str, row_id: str, seconds: float) -> dict:
 
 
 class StepDriver:
-    """Feeds one streaming query one file per step and records what each step emitted."""
+    """Feeds one streaming query one file per step and records what each step emitted.
+
+    Creating it prepares the input directory; nothing runs until ``start``.
+
+    :param spark: the ``SparkSession`` to read and run with.
+    :param root: the directory for the step files and the checkpoint (a new temporary
+        directory by default).
+    :param schema: the DDL schema of the step files.
+    :param max_files_per_trigger: the file source's ``maxFilesPerTrigger`` (unset by
+        default: a step's file is read in one micro-batch).
+    """
 
     def __init__(self, spark, root: Optional[Path] = None, schema: str = STEP_SCHEMA,
                  max_files_per_trigger: Optional[int] = None):
-        """Prepare the input directory; nothing runs until ``start``.
-
-        :param spark: the ``SparkSession`` to read and run with.
-        :param root: the directory for the step files and the checkpoint (a new temporary
-            directory by default).
-        :param schema: the DDL schema of the step files.
-        :param max_files_per_trigger: the file source's ``maxFilesPerTrigger`` (unset by
-            default: a step's file is read in one micro-batch).
-        """
         self.spark = spark
         self.root = Path(root or tempfile.mkdtemp(prefix="joinsteps-"))
         self.input_dir = self.root / "input"
