@@ -75,7 +75,10 @@ class GoalWindow:
 
     def read_from_ms(self, dedup_window_ms: int) -> Optional[int]:
         """The earliest event time read (``None``: all history): the window's start minus the
-        history, rounded down to a dedup bucket boundary."""
+        history, rounded down to a dedup bucket boundary.
+
+        :param dedup_window_ms: the dedup window (rule 3), whose buckets are never cut.
+        """
         if self.history_ms is None:
             return None
         since = self.start_ms - self.history_ms
@@ -85,19 +88,29 @@ class GoalWindow:
         return f"{self.first.isoformat()} to {self.last.isoformat()}"
 
     def history_text(self, dedup_window_ms: int) -> str:
-        """The history read, for the report: ``all`` or ``<duration> (events from <date>)``."""
+        """The history read, for the report: ``all`` or ``<duration> (events from <date>)``.
+
+        :param dedup_window_ms: the dedup window (rule 3), whose buckets are never cut.
+        """
         since = self.read_from_ms(dedup_window_ms)
         if since is None:
             return "all events before the window's end"
         return f"{format_duration_ms(self.history_ms)} (events from {ms_to_iso(since)})"
 
     def holds(self, day: dt.date) -> bool:
-        """True when goal date ``day`` is in the window."""
+        """True when a goal date is in the window.
+
+        :param day: the UTC goal date.
+        """
         return self.first <= day <= self.last
 
     def events(self, events: DataFrame, dedup_window_ms: int) -> DataFrame:
         """The valid events a backfill attributes: before the window's end, and from
-        ``read_from_ms`` on."""
+        ``read_from_ms`` on.
+
+        :param events: the valid input events (a ``ts`` timestamp column).
+        :param dedup_window_ms: the dedup window (rule 3), whose buckets are never cut.
+        """
         ts = F.unix_millis("ts")
         kept = ts < F.lit(self.end_ms)
         since = self.read_from_ms(dedup_window_ms)
@@ -106,7 +119,10 @@ class GoalWindow:
         return events.filter(kept)
 
     def rows(self, rows: DataFrame) -> DataFrame:
-        """The output rows of the window's goals."""
+        """The output rows of the window's goals.
+
+        :param rows: attribution rows (a ``goal_ts`` column).
+        """
         goal_ms = F.unix_millis(PARTITION_SOURCE)
         return rows.filter((goal_ms >= F.lit(self.start_ms)) & (goal_ms < F.lit(self.end_ms)))
 
@@ -117,7 +133,10 @@ class GoalWindow:
 
     @classmethod
     def from_marker(cls, text: str) -> "GoalWindow":
-        """The window a ``_BACKFILL`` file's ``text`` records."""
+        """The window a ``_BACKFILL`` file records.
+
+        :param text: the file's text, as ``marker`` wrote it.
+        """
         recorded = json.loads(text)
         return cls(dt.date.fromisoformat(recorded["goals_from"]),
                    dt.date.fromisoformat(recorded["goals_to"]))
@@ -138,6 +157,10 @@ def parse_goal_window(goals_from: Optional[str], goals_to: Optional[str],
     """The window of ``--goals-from``, ``--goals-to`` and ``--backfill-history`` (``None`` when
     none is given).
 
+    :param goals_from: ``--goals-from``: the window's first UTC date, ``YYYY-MM-DD``.
+    :param goals_to: ``--goals-to``: its last UTC date (inclusive).
+    :param history: ``--backfill-history``: a duration of history to read before the window;
+        ``None`` reads all of it.
     :param lookback_ms: the run's lookback, the shortest history allowed.
     :raises ValueError: one of them alone, a date that is not ``YYYY-MM-DD``, a window that
         ends before it starts, or a history shorter than the lookback; the message names the
@@ -176,6 +199,8 @@ def check_target(output: str, window: GoalWindow) -> None:
     A backfill may write a new or empty directory, a finished batch output with ``goal_date``
     partitions, or one whose backfill stopped early if ``window`` covers that backfill's.
 
+    :param output: the ``--output`` directory.
+    :param window: the goal dates to backfill.
     :raises BackfillRefused: a streaming query's output, flat output (written before
         partitions), an unfinished full batch write, or an unfinished backfill of goal dates
         outside ``window``.
@@ -240,7 +265,12 @@ class _FileSystem:
 
 
 def begin(spark, output: str, window: GoalWindow) -> None:
-    """Mark ``output`` as being backfilled: ``_BACKFILL`` first, then ``_SUCCESS`` removed."""
+    """Mark ``output`` as being backfilled: ``_BACKFILL`` first, then ``_SUCCESS`` removed.
+
+    :param spark: the session, whose Hadoop file system writes the markers.
+    :param output: the ``--output`` directory (local or remote).
+    :param window: the goal dates being backfilled, recorded in ``_BACKFILL``.
+    """
     fs = _FileSystem(spark, output)
     fs.write(BACKFILL_MARKER, window.marker())
     fs.delete(SUCCESS_MARKER)
@@ -251,6 +281,9 @@ def finish(spark, output: str, window: GoalWindow, written: Iterable[dt.date]) -
     the window that the backfill did not write (no goal there any more), unless it wrote none at
     all; then write ``_SUCCESS`` and remove ``_BACKFILL``.
 
+    :param spark: the session, whose Hadoop file system lists and deletes.
+    :param output: the ``--output`` directory (local or remote).
+    :param window: the goal dates backfilled.
     :param written: the goal dates the backfill wrote.
     :returns: the dates removed.
     """

@@ -32,7 +32,10 @@ def _mix(h1: int, k1: int) -> int:
 
 
 def spark_hash_long(value: int) -> int:
-    """Spark's ``hash()`` of a BIGINT (Murmur3 x86 32-bit, seed 42), as a signed 32-bit int."""
+    """Spark's ``hash()`` of a BIGINT (Murmur3 x86 32-bit, seed 42), as a signed 32-bit int.
+
+    :param value: the BIGINT (a Python int within 64 bits).
+    """
     h1 = _mix(_mix(_SEED, value & _MASK), (value >> 32) & _MASK)
     h1 ^= 8  # the input's length in bytes
     h1 ^= h1 >> 16
@@ -46,7 +49,11 @@ def spark_hash_long(value: int) -> int:
 @lru_cache(maxsize=None)
 def aligned_bucket_keys(buckets: int) -> tuple[int, ...]:
     """Key value of each bucket: ``keys[b]`` is the smallest ``k >= 0`` with
-    ``spark_hash_long(k) mod buckets == b``."""
+    ``spark_hash_long(k) mod buckets == b``.
+
+    :param buckets: the bucket count, 1 to ``MAX_ALIGNED_BUCKETS``.
+    :raises ValueError: the count is out of that range.
+    """
     if not 1 <= buckets <= MAX_ALIGNED_BUCKETS:
         raise ValueError(f"aligned bucket keys need 1 to {MAX_ALIGNED_BUCKETS} buckets, "
                          f"got {buckets}")

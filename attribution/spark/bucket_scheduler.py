@@ -60,6 +60,7 @@ class BucketScheduler:
         its earliest new goal, if that is sooner (with revisions, to now if they may change
         emitted rows: see the module docstring).
 
+        :param user_id: the user the events belong to.
         :param packed: the events as comma-joined JSON objects, in arrival order.
         :param min_ts_ms: the earliest event time among them.
         :param max_ts_ms: the latest event time among them (a new user's state cannot expire
@@ -82,12 +83,19 @@ class BucketScheduler:
         self.users[user_id] = (wakeup, blob, f"{inbox},{packed}" if inbox else packed)
 
     def due(self, watermark: int) -> list[str]:
-        """The users whose wake-up is at or below ``watermark``."""
+        """The users whose wake-up is at or below a watermark.
+
+        :param watermark: the watermark (epoch ms).
+        """
         return [u for u, (wakeup, _, _) in self.users.items() if wakeup <= watermark]
 
     def advance(self, watermark: int) -> list[Attribution]:
         """Hand every due user to the core (its inbox, then ``advance(watermark)``) and keep what
-        remains: the rows of every goal that fired."""
+        remains.
+
+        :param watermark: the micro-batch's watermark (epoch ms).
+        :returns: the rows of every goal that fired.
+        """
         rows: list[Attribution] = []
         for user_id in self.due(watermark):
             _, blob, inbox = self.users[user_id]

@@ -40,11 +40,12 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     the raw changelog, grouped by anything, equals the same sum over the folded table
     (docs/reading-output.md has both in SQL).
 
-    ``rows``: a DataFrame with at least ``ROW_KEY``'s columns (``sign``, ``revision`` optional).
-    Returns the folded rows, in input order, with a fresh index. Raises
-    ``InconsistentChangelog`` when retractions and rows do not pair up: a retraction of a row
-    never emitted, a row emitted twice without a retraction, or rows of two revisions of one
-    goal and model left standing.
+    :param rows: a DataFrame with at least ``ROW_KEY``'s columns (``sign``, ``revision``
+        optional).
+    :returns: the folded rows, in input order, with a fresh index.
+    :raises InconsistentChangelog: retractions and rows do not pair up: a retraction of a row
+        never emitted, a row emitted twice without a retraction, or rows of two revisions of
+        one goal and model left standing.
     """
     frame = rows.copy()
     for column in ("sign", "revision"):

@@ -45,9 +45,12 @@ class PinnedState(NamedTuple):
 
 
 def shuffle_partitions_of(checkpoint: str) -> Optional[int]:
-    """The shuffle partitions a query under ``checkpoint`` runs with: Spark records them in each
-    offset-log entry and keeps them on a restart, whatever the session's setting. ``None``
-    before the first micro-batch, and for remote checkpoints."""
+    """The shuffle partitions a query under a checkpoint runs with: Spark records them in each
+    offset-log entry and keeps them on a restart, whatever the session's setting.
+
+    :param checkpoint: the query's checkpoint directory.
+    :returns: the count, or ``None`` before the first micro-batch and for remote checkpoints.
+    """
     offsets = Path(checkpoint) / "offsets"
     if "://" in checkpoint or not offsets.is_dir():
         return None
@@ -61,10 +64,16 @@ def shuffle_partitions_of(checkpoint: str) -> Optional[int]:
     return None
 
 
-def needs_shuffle_partitions(checkpoint: str, backend: str, state_buckets: Optional[int]) -> bool:
+def needs_shuffle_partitions(checkpoint: str, backend: str,
+                             state_buckets: Optional[int]) -> bool:
     """True when ``pin_state_layout`` needs the shuffle partitions: an automatic bucket count
     (``state_buckets`` ``None``) for applyInPandasWithState on a local checkpoint that nothing
-    has been recorded in yet."""
+    has been recorded in yet.
+
+    :param checkpoint: the query's checkpoint directory.
+    :param backend: one of ``pipeline.BACKENDS``.
+    :param state_buckets: the bucket count asked for; ``None`` for ``--state-buckets auto``.
+    """
     return (state_buckets is None and backend == "applyInPandasWithState"
             and "://" not in checkpoint and not (Path(checkpoint) / LAYOUT_FILE).exists()
             and not (Path(checkpoint) / "offsets").is_dir())
@@ -90,8 +99,8 @@ def _chosen_buckets(checkpoint: str, shuffle_partitions: Optional[int]) -> int:
     return DEFAULT_STATE_BUCKETS
 
 
-def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int], tws_state: str,
-                     config: AttributionConfig = AttributionConfig(), *,
+def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int],
+                     tws_state: str, config: AttributionConfig = AttributionConfig(), *,
                      events: Optional[str] = None, input_format: Optional[str] = None,
                      shuffle_partitions: Optional[int] = None) -> PinnedState:
     """Record the state layout (and the input) in the checkpoint on its first run; refuse a
@@ -117,8 +126,8 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
 
     Spark notices a changed key type, but not a changed bucket count: under 128 buckets a user
     hashes to another key than under 64, and its state would silently be lost. The format of
-    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is how
-    bucket numbers become keys, which is not an option but the checkpoint's.
+    applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is
+    how bucket numbers become keys, which is not an option but the checkpoint's.
     A layout file of a version that did not record the input is accepted with any input, which
     is then recorded. (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get
     "aligned" keys.)
@@ -229,7 +238,10 @@ def _check_input(checkpoint: str, recorded: dict, source: dict) -> None:
 
 
 def committed(checkpoint: str) -> bool:
-    """True when a query has committed a micro-batch under ``checkpoint`` (local paths)."""
+    """True when a query has committed a micro-batch under a checkpoint.
+
+    :param checkpoint: a local checkpoint directory.
+    """
     commits = Path(checkpoint) / "commits"
     return commits.is_dir() and any(not p.name.startswith(".") for p in commits.iterdir())
 
@@ -239,6 +251,11 @@ def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: in
     """How many users the checkpoint's state holds after its last committed micro-batch, for
     the layouts whose progress counts users by change (``pipeline.users_counted_by_change``).
 
+    :param spark: the session that reads the state (Spark's ``statestore`` data source).
+    :param checkpoint: the query's checkpoint directory.
+    :param backend: one of ``pipeline.BACKENDS``.
+    :param state_buckets: the pinned bucket count (0 = one key per user).
+    :param tws_state: transformWithState's state layout.
     :returns: 0 for a checkpoint with nothing committed; the count read from the state with
         Spark's state data source otherwise (one Spark job, at start only); ``None`` for the
         other layouts (Spark's own row count is the user count there) and remote checkpoints.

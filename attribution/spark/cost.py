@@ -1,6 +1,6 @@
-"""What a micro-batch of the attribution job costs in CPU by the cost model the streaming benchmark
-fits (``python -m benchmarks.streaming --cost-model``; docs/sizing.md), and the job's warning when
-the bucketed state's share of that cost dominates.
+"""What a micro-batch of the attribution job costs in CPU by the cost model the streaming
+benchmark fits (``python -m benchmarks.streaming --cost-model``; docs/sizing.md), and the job's
+warning when the bucketed state's share of that cost dominates.
 
 With hash buckets every micro-batch moves the whole state of each bucket it touches between the
 JVM and Python and writes it back; once the input touches every bucket, that is the whole state.
@@ -21,7 +21,11 @@ class CpuFit(NamedTuple):
     c: float
 
     def seconds(self, events: float, state_mb: float) -> float:
-        """The fit's CPU seconds, a coefficient below zero (within noise of zero) as zero."""
+        """The fit's CPU seconds, a coefficient below zero (within noise of zero) as zero.
+
+        :param events: the micro-batch's input rows.
+        :param state_mb: the state's size in MB (10^6 bytes).
+        """
         return max(self.a, 0.0) + max(self.b, 0.0) * events + max(self.c, 0.0) * state_mb
 
 

@@ -30,7 +30,11 @@ DETECTED_DATE = ("detected_date", "detected_at")
 def utc_date(ts: Column) -> Column:
     """The UTC date of a timestamp column, whatever the session's time zone
     (``spark.sql.session.timeZone`` moves ``to_date``). Integer arithmetic on epoch
-    milliseconds, floor division included, so times before 1970 get their own date too."""
+    milliseconds, floor division included, so times before 1970 get their own date too.
+
+    :param ts: a timestamp column.
+    :returns: a date column.
+    """
     ms = F.unix_millis(ts)
     day = F.lit(MS_PER_DAY)
     return F.date_from_unix_date(((ms - F.pmod(ms, day)) / day).cast("int"))
@@ -38,9 +42,14 @@ def utc_date(ts: Column) -> Column:
 
 def by_date(frame: DataFrame, partition: tuple[str, str],
             partitioned: bool = True) -> tuple[DataFrame, list[str]]:
-    """``frame`` with the column of ``partition`` (``GOAL_DATE`` or ``DETECTED_DATE``) added, and
-    the columns to hand to the writer's ``partitionBy``; with ``partitioned`` false (a flat
-    output, see ``is_flat``), ``frame`` as it is and no columns."""
+    """A frame ready for a date-partitioned write.
+
+    :param frame: the rows to write.
+    :param partition: ``GOAL_DATE`` or ``DETECTED_DATE``: the date column and its source.
+    :param partitioned: false for a flat output (see ``is_flat``).
+    :returns: ``frame`` with the date column added, and the columns to hand to the writer's
+        ``partitionBy``; for a flat output, ``frame`` as it is and no columns.
+    """
     if not partitioned:
         return frame, []
     column, source = partition
@@ -48,9 +57,12 @@ def by_date(frame: DataFrame, partition: tuple[str, str],
 
 
 def is_flat(path: str) -> bool:
-    """True when the output directory ``path`` holds Parquet part files at its top level: it was
-    written without partitions, by a version of the job before them. A new or empty directory,
-    and a remote one (not listed), is not flat."""
+    """True when an output directory holds Parquet part files at its top level: it was written
+    without partitions, by a version of the job before them. A new or empty directory, and a
+    remote one (not listed), is not flat.
+
+    :param path: the output directory, local or a URL.
+    """
     directory = Path(path)
     if "://" in path or not directory.is_dir():
         return False

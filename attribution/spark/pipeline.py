@@ -43,7 +43,7 @@ DEFAULT_BACKEND = "applyInPandasWithState"
 # per user.
 BUCKETS_PER_SHUFFLE_PARTITION = 32
 DEFAULT_STATE_BUCKETS = 64
-# How a bucket number becomes its state key: "aligned" (``backends.bucket_keys``) spreads the
+# How a bucket number becomes its state key: "aligned" (``bucket_keys``) spreads the
 # buckets evenly over Spark's partitions; "index", the bucket number itself, is what queries
 # started before it use, and must keep using.
 ALIGNED_BUCKET_KEYS, INDEX_BUCKET_KEYS = "aligned", "index"
@@ -161,10 +161,10 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
                        bucket_keys: str = ALIGNED_BUCKET_KEYS) -> DataFrame:
     """The streaming attribution of ``events`` (a streaming DataFrame in the event schema).
 
-    ``tws_state`` picks transformWithState's state layout (see ``backends.processor``):
+    ``tws_state`` picks transformWithState's state layout (see ``transform_with_state``):
     ``compact`` (one value per user, the fast one) or ``declared`` (list states per entry).
     ``state_buckets`` (applyInPandasWithState only) keys the state by that many hash buckets of
-    ``user_id``, so one call serves many users (see ``group_state.make_bucket_state_function``);
+    ``user_id``, so one call serves many users (see ``apply_in_pandas.make_bucket_state_function``);
     0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
     and must not change under an existing checkpoint; so is ``bucket_keys`` (one of
     ``BUCKET_KEY_SCHEMES``).
