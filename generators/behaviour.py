@@ -96,7 +96,7 @@ def batch_sessions(params: GeneratorParams, rng: np.random.Generator) -> Session
     caller cuts the events at the end.
 
     :param params: the generator's settings.
-    :param rng: the random source (the only one: the same seed gives the same sessions).
+    :param rng: the random source (seeded from ``params.seed``, so a seed gives one result).
     :returns: the sessions, grouped by user and in time order within a user.
     """
     n = params.users
