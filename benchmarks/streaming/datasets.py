@@ -16,8 +16,8 @@ from attribution.config import (
     parse_duration_ms,
 )
 
+from .console import log
 from .kinds import NATIVE_WINDOW
-from .report import log
 
 
 @dataclass
