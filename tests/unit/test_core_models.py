@@ -353,3 +353,20 @@ def test_model_options_are_the_options_of_the_configured_models_only():
     assert AttributionConfig().model_options() == {}
     assert AttributionConfig(models="linear,position_based").model_options() == {}
     assert AttributionConfig(models="all", half_life_ms=5).model_options() == {"half_life_ms": 5}
+
+
+def test_a_checkpoint_pins_the_options_of_its_models_and_refuses_others(tmp_path):
+    import json
+
+    from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_state_layout
+
+    pin = dict(backend="transformWithState", state_buckets=64, tws_state="compact")
+    linear = str(tmp_path / "linear")
+    pin_state_layout(linear, **pin, config=AttributionConfig(models="linear"))
+    assert "half_life_ms" not in json.loads((tmp_path / "linear" / LAYOUT_FILE).read_text())
+    decay = str(tmp_path / "decay")
+    pin_state_layout(decay, **pin, config=AttributionConfig(models="time_decay", half_life_ms=5))
+    assert json.loads((tmp_path / "decay" / LAYOUT_FILE).read_text())["half_life_ms"] == 5
+    with pytest.raises(CheckpointMismatch, match="--half-life"):
+        pin_state_layout(decay, **pin, config=AttributionConfig(models="time_decay",
+                                                               half_life_ms=6))
