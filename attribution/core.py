@@ -256,7 +256,7 @@ class UserAttribution:
         held = self.visits.get(event_id) or self._canonical.get(event_id)
         return self.superseded.get(event_id) if held is None else held
 
-    # -- the timer ------------------------------------------------------------------------------
+    # -- firing: attribution and revisions ------------------------------------------------------
     def next_timer(self) -> Optional[int]:
         """The min-goal timer: the earliest pending goal's ``ts``, or ``None`` when none is pending."""
         if not self.pending_goals:
@@ -418,6 +418,7 @@ class UserAttribution:
                     rows.append(attributed(goal, i, trail, m, credit))
         return rows
 
+    # -- lifecycle: garbage collection and wake-ups ----------------------------------------------
     def gc(self, watermark: int) -> int:
         """Drop what no future goal can use (spec section 3); return how many items were dropped.
 
@@ -563,7 +564,7 @@ class UserAttribution:
                          *CHANGELOG_DEFAULTS))
 
 
-    # -- the state as values and as bytes -----------------------------------------------------------
+    # -- the state as values and as bytes ------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Everything this state holds, as plain values (``state_codec.Snapshot``): what a
         backend stores, entry by entry or as one blob. A view of this state: read it before the
@@ -580,7 +581,8 @@ class UserAttribution:
         :param config: the rules' parameters.
         """
         if not snapshot.deduplicated:
-            state = cls.restore(snapshot.user_id, snapshot.visits, snapshot.impressions,
+            state = cls.restore(snapshot.user_id, snapshot.visits,
+                                [*snapshot.impressions, *snapshot.superseded_members],
                                 snapshot.watermark, config, snapshot.superseded_buckets)
         else:
             # Its impressions are already the canonical members, so the dedup of ``restore`` is
