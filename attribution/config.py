@@ -18,32 +18,20 @@ from joins.durations import (  # noqa: F401
     spark_interval,
 )
 
+# The attribution models, in their fixed order (spec section 6; the table is ``models``).
+from .models import MODEL_TABLE, MODELS
+
 DEFAULT_LOOKBACK = "90 days"
 DEFAULT_DEDUP_WINDOW = "1 day"
 DEFAULT_WATERMARK_DELAY = "10 minutes"
 DEFAULT_HALF_LIFE = "7 days"
 DEFAULT_ALLOWED_LATENESS = "0"
 
-# The attribution models (spec section 6). The order is fixed for good: it is the order of a
-# goal's rows, and a model's position is its bit in the consumption marks of stored state
-# (``paths.Impression.consumed``), so a new model may only be appended.
-MODELS = ("last_touch", "first_touch", "linear", "position_based", "time_decay")
 DEFAULT_MODELS = ("last_touch",)
 ALL_MODELS = "all"  # what --models takes for every model
 
 # Strings longer than this are rejected by validation: a 1 MB url is an attack or a bug, not a page.
 MAX_STRING_LENGTH = 8_192
-
-
-def model_bit(model: str) -> int:
-    """The bit of ``model`` in a consumption mark."""
-    return 1 << MODELS.index(model)
-
-
-# last_touch's bit: what the consumed mark of state from before other models existed stands for.
-LAST_TOUCH = model_bit("last_touch")
-# Every model's bit, looked up once per firing.
-MODEL_BITS = {m: model_bit(m) for m in MODELS}
 
 
 def parse_models(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
@@ -100,6 +88,12 @@ class AttributionConfig:
             raise ValueError(f"allowed lateness must be a non-negative number of milliseconds, "
                              f"got {self.allowed_lateness_ms!r}")
         object.__setattr__(self, "models", parse_models(self.models))
+
+    def model_options(self) -> dict[str, object]:
+        """The options the configured models read (``models.Model.options``), by field name:
+        what a checkpoint must keep equal, beyond the models themselves."""
+        return {option: getattr(self, option)
+                for model in self.models for option in MODEL_TABLE[model].options}
 
     @property
     def revising(self) -> bool:

@@ -6,72 +6,35 @@ min-goal timer) and exposes the DoFn's moves as plain methods:
 * ``add(events, watermark)``: buffer a batch of the user's events (late ones are counted and
   dropped; copies of one ``event_id`` resolved by rule 1's order, ``copy_order``);
 * ``fire(watermark)``: attribute every pending goal at or below the watermark, in order, under
-  every model of the configuration (section 6);
+  every model of the configuration (section 6, the models of ``models.MODEL_TABLE``);
 * ``gc(watermark)``: forget what can no longer matter (spec section 3);
-* ``next_timer()``: the minimum pending goal time, where the event-time timer belongs;
-* ``to_bytes()`` / ``from_bytes()``: the whole state as one compact, versioned blob.
+* ``next_timer()`` / ``next_wakeup()``: when the state next needs the engine;
+* ``snapshot()`` / ``from_snapshot()``: the whole state as plain values, and back;
+  ``to_bytes()`` / ``from_bytes()`` put them in the versioned blob of ``state_codec``.
 
-A Spark backend is an adapter: state bytes and events in, rows and a timer out.
+A Spark backend is an adapter: state bytes and events in, rows and a timer out. The rows are
+``rows.Attribution``; the changelog of revised rows is ``revisions``.
 """
 from __future__ import annotations
 
-import io
 import math
-import pickle
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Optional, Union
+from typing import Iterable, Optional, Union
 
-import fastavro
-
-from .config import LAST_TOUCH, MODEL_BITS, AttributionConfig, model_bit
+from .config import AttributionConfig
 from .events import Event
-from .models import credits
+from .models import MODEL_BITS, MODEL_TABLE, model_bit
 from .paths import BY_TIME, Impression, ReferrerIndex, Visit
 from .revisions import Emitted, emit_timing, retract, revise
-from .schema import OUTPUT_DEFAULTS
+from .rows import CHANGELOG_DEFAULTS, Attribution, make_row
+from .state_codec import STATE_VERSION, Snapshot, decode, encode
 
 # The watermark of batch mode: past every event time (year ~146 million), yet far from overflow.
 WATERMARK_INFINITY = 2 ** 62
 
-
-class Attribution(NamedTuple):
-    """One output row (spec sections 4, 6-8): a goal, a model and the impression it credits
-    (none for an organic row). Timestamps are epoch milliseconds. The fields with a default are
-    the output schema's optional columns, with its defaults.
-
-    A named tuple with the output schema's fields in its order (``schema.OUTPUT_FIELDS``): a
-    firing creates one per goal, model and credited impression, and a tuple is built several
-    times faster than a frozen dataclass.
-    """
-
-    user_id: str
-    goal_event_id: str
-    goal_url: str
-    goal_ts: int
-    impression_id: Optional[int]
-    impression_event_id: Optional[str]
-    impression_source_url: Optional[str]
-    impression_target_url: Optional[str]
-    impression_ts: Optional[int]
-    trail: tuple[str, ...]
-    model: str
-    credit: float
-    impression_campaign: Optional[str] = OUTPUT_DEFAULTS["impression_campaign"]
-    goal_value: Optional[float] = OUTPUT_DEFAULTS["goal_value"]
-    credited_value: Optional[float] = OUTPUT_DEFAULTS["credited_value"]
-    sign: int = OUTPUT_DEFAULTS["sign"]
-    revision: int = OUTPUT_DEFAULTS["revision"]
-    emit_timing: str = OUTPUT_DEFAULTS["emit_timing"]
-
-    @property
-    def organic(self) -> bool:
-        return self.impression_id is None
-
-    def to_record(self) -> dict:
-        """The row as a dict in the Avro output schema (``trail`` as a list)."""
-        record = self._asdict()
-        record["trail"] = list(self.trail)
-        return record
+# Also importable from here: the row type and the version ``to_bytes`` writes.
+__all__ = ["AddResult", "Attribution", "STATE_VERSION", "UserAttribution", "WATERMARK_INFINITY",
+           "copy_order"]
 
 
 def copy_order(record: Union[Visit, Impression]) -> tuple:
@@ -103,10 +66,6 @@ def _nullable(text: Optional[str]) -> tuple:
     return () if text is None else (text,)
 
 
-_make_row = Attribution._make
-_ROW_DEFAULTS = tuple(OUTPUT_DEFAULTS[name] for name in ("sign", "revision", "emit_timing"))
-
-
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What ``add`` did with a batch: stored (``accepted``: visits and canonical impressions),
@@ -125,7 +84,47 @@ class AddResult:
 
 
 class UserAttribution:
-    """The attribution state of one user and the rules that act on it."""
+    """The attribution state of one user and the rules that act on it.
+
+    **Call protocol.** A backend keeps one instance per user key and drives it, for each
+    micro-batch ``k`` that touches the key (its records, or a timer that came due), in this
+    order:
+
+    1. *Load*: ``UserAttribution(user_id, config)`` for a user with no state, else
+       ``from_bytes`` / ``from_snapshot`` / ``restore`` of what was stored, under the
+       configuration the state was written with (a checkpoint pins it).
+    2. *Add*: ``add(records, W[k-1])`` with the micro-batch's records of the user, in any order
+       and in any number of calls, before anything fires at ``W[k]`` (a timer call adds none).
+    3. *Advance*: ``advance(W[k], previous=W[k-1])``, once: ``fire`` then ``gc``. Its rows are
+       the user's output for the micro-batch, in order; all of them are emitted.
+    4. *Store*: if ``is_empty``, drop the stored state and its timer; otherwise store
+       ``to_bytes()`` (or the entries of ``snapshot()``) and set the timer to
+       ``next_wakeup()``.
+
+    Nothing else is needed between calls, and the order is not optional: ``gc`` before
+    ``fire`` would drop visits a due goal still needs, and records added after a firing at
+    ``W[k]`` count as late for ``W[k]``. Watermarks never go back: a lower one than the state
+    has seen is read as the highest seen. The batch oracle is the same protocol run once, with
+    every record and ``W = WATERMARK_INFINITY``.
+
+    **Invariants** (hold between calls; ``check_invariants`` tests those it can see):
+
+    * ``visits`` holds one visit per event id; ``pending_goals`` is exactly its goals that
+      still await attribution (``pending``), so ``next_timer`` is the earliest of them.
+    * ``impressions`` holds one canonical member per logical impression
+      ``(source_url, target_url, ts // dedup_window)`` (rule 3), and ``_canonical`` holds the
+      same records by event id. Every whole member of ``superseded`` belongs to a logical
+      impression held, and ranks after its canonical member.
+    * An event id is held at most once: in ``visits``, ``_canonical`` or ``superseded``.
+    * ``watermark`` is the highest watermark given; every record at or below
+      ``watermark - allowed_lateness`` was dropped on arrival.
+    * An impression's ``consumed`` has the bit of each model that credited it to a goal that
+      fired (``models.model_bit``); with revisions, ``open_goals`` holds what was emitted for
+      each goal that is not final yet, and ``gc`` keeps those goals' visits.
+
+    The attributes are the rules' storage: adapters and other code read the state through
+    ``snapshot()`` and the methods, never through them.
+    """
 
     def __init__(self, user_id: str, config: AttributionConfig = AttributionConfig()):
         self.user_id = user_id
@@ -257,7 +256,7 @@ class UserAttribution:
         held = self.visits.get(event_id) or self._canonical.get(event_id)
         return self.superseded.get(event_id) if held is None else held
 
-    # -- the timer ------------------------------------------------------------------------------
+    # -- firing: attribution and revisions ------------------------------------------------------
     def next_timer(self) -> Optional[int]:
         """The min-goal timer: the earliest pending goal's ``ts``, or ``None`` when none is pending."""
         if not self.pending_goals:
@@ -374,17 +373,20 @@ class UserAttribution:
         found once, as a bit mask, and each model takes from it what its own consumption left
         (section 6). ``multi_candidate``: see ``fire``."""
         config = self.config
-        models = [(m, MODEL_BITS[m]) for m in config.models]
+        # Per model: its name, bit, choice, credit rule and the values of its options.
+        models = [(m, MODEL_BITS[m], spec.choose, spec.credits,
+                   tuple(getattr(config, option) for option in spec.options))
+                  for m, spec in ((m, MODEL_TABLE[m]) for m in config.models)]
         # Per model, the mask of the impressions it has consumed.
         spent = dict.fromkeys(config.models, 0)
         for k, i in enumerate(index.ordered):
             if i.consumed:
-                for m, bit in models:
+                for m, bit, *_ in models:
                     if i.consumed & bit:
                         spent[m] |= 1 << k
         rows = []
         # Locals: this loop runs once per goal and model of every firing.
-        lookback, half_life = config.lookback_ms, config.half_life_ms
+        lookback = config.lookback_ms
         candidates, organic, attributed = index.candidates, self._organic, self._attributed
         for goal in due:
             found = candidates(goal, lookback)
@@ -395,24 +397,19 @@ class UserAttribution:
             # every candidate usually choose the same set), and an impression's trail.
             listed: dict = {}
             trails: dict = {}
-            for m, bit in models:
+            for m, bit, choose, credits, options in models:
                 available = found & ~spent[m]
                 if not available:
                     rows.append(organic(goal, m))
                     continue
                 if multi_candidate is not None and available & (available - 1):  # 2+ bits set
                     multi_candidate[m] = multi_candidate.get(m, 0) + 1
-                if m == "last_touch":
-                    chosen = index.last_of(available)
-                elif m == "first_touch":
-                    chosen = available & -available
-                else:
-                    chosen = available
+                chosen = choose(index, available)
                 spent[m] |= chosen
                 credited = listed.get(chosen)
                 if credited is None:
                     credited = listed[chosen] = index.impressions_in(chosen)
-                shares = credits(m, [i.ts for i in credited], half_life)
+                shares = credits([i.ts for i in credited], *options)
                 for i, credit in zip(credited, shares):
                     i.consumed |= bit
                     trail = trails.get(i.event_id)
@@ -421,6 +418,7 @@ class UserAttribution:
                     rows.append(attributed(goal, i, trail, m, credit))
         return rows
 
+    # -- lifecycle: garbage collection and wake-ups ----------------------------------------------
     def gc(self, watermark: int) -> int:
         """Drop what no future goal can use (spec section 3); return how many items were dropped.
 
@@ -503,7 +501,41 @@ class UserAttribution:
 
     @property
     def is_empty(self) -> bool:
+        """True when the state holds nothing: the backend drops it and its timer."""
         return not self.visits and not self.impressions
+
+    def check_invariants(self) -> None:
+        """Check the invariants of the class docstring on this state (for tests: it costs a
+        pass over everything held).
+
+        :raises AssertionError: naming the invariant that does not hold.
+        """
+        def require(holds: bool, what: str) -> None:
+            if not holds:
+                raise AssertionError(f"user {self.user_id}: {what}")
+
+        require(all(k == v.event_id for k, v in self.visits.items()),
+                "visits are not keyed by their event ids")
+        require(self.pending_goals == {k: v for k, v in self.visits.items() if v.pending},
+                "pending_goals is not the pending visits")
+        require(all(v.is_goal for v in self.pending_goals.values()), "a pending visit is no goal")
+        require(all(self._group(i) == g for g, i in self.impressions.items()),
+                "an impression is held under another logical impression")
+        require(self._canonical == {i.event_id: i for i in self.impressions.values()},
+                "_canonical is not the canonical impressions by event id")
+        for k, m in self.superseded.items():
+            if isinstance(m, int):
+                continue
+            canonical = self.impressions.get(self._group(m))
+            require(k == m.event_id and canonical is not None and canonical.rank < m.rank,
+                    f"superseded member {k} has no canonical member ranking before it")
+        require(not (self.visits.keys() & self._canonical.keys())
+                and not (self.visits.keys() & self.superseded.keys())
+                and not (self._canonical.keys() & self.superseded.keys()),
+                "an event id is held twice")
+        every = sum(MODEL_BITS.values())
+        require(all(not i.consumed & ~every for i in self.impressions.values()),
+                "a consumption mark has a bit of no model")
 
     # -- helpers ----------------------------------------------------------------------------------
     def _max_watermark(self, watermark: Optional[int]) -> Optional[int]:
@@ -518,99 +550,70 @@ class UserAttribution:
     # and a firing builds one row per goal and model.
     def _organic(self, goal: Visit, model: str) -> Attribution:
         value = goal.value
-        return _make_row((self.user_id, goal.event_id, goal.url, goal.ts,
-                          None, None, None, None, None, (), model, 0.0,
-                          None, value, None if value is None else 0.0, *_ROW_DEFAULTS))
+        return make_row((self.user_id, goal.event_id, goal.url, goal.ts,
+                         None, None, None, None, None, (), model, 0.0,
+                         None, value, None if value is None else 0.0, *CHANGELOG_DEFAULTS))
 
     def _attributed(self, goal: Visit, i: Impression, trail: tuple[str, ...], model: str,
                     credit: float) -> Attribution:
         value = goal.value
-        return _make_row((self.user_id, goal.event_id, goal.url, goal.ts,
-                          i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
-                          trail, model, credit,
-                          i.campaign, value, None if value is None else credit * value,
-                          *_ROW_DEFAULTS))
+        return make_row((self.user_id, goal.event_id, goal.url, goal.ts,
+                         i.impression_id, i.event_id, i.source_url, i.target_url, i.ts,
+                         trail, model, credit,
+                         i.campaign, value, None if value is None else credit * value,
+                         *CHANGELOG_DEFAULTS))
 
-    # -- state bytes --------------------------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        """Encode the whole state as one versioned blob (see ``STATE_VERSION``).
 
-        A user's URLs repeat (a visit's referer is the previous visit's url, an impression's
-        target the visit it led to). Pickle writes an object it has already written as a short
-        back-reference, so equal URLs are first made one object: on the benchmark's data the
-        blobs shrink by 29%, and every later step that copies, compresses or decodes them has
-        less to do.
-        """
-        url = {}.setdefault  # campaigns repeat too, and are interned the same way
-        return _STATE_HEADER + pickle.dumps((
-            self.user_id, self.watermark,
-            [(v.event_id, v.ts, url(v.url, v.url), v.referer and url(v.referer, v.referer),
-              (2 if v.pending else 1) if v.is_goal else 0, v.value)
-             for v in self.visits.values()],
-            [(i.event_id, i.impression_id, i.ts, url(i.source_url, i.source_url),
-              url(i.target_url, i.target_url), i.consumed, i.campaign and url(i.campaign, i.campaign))
-             for i in self.impressions.values()],
-            [(k, m) if isinstance(m, int) else
-             (k, m.impression_id, m.ts, url(m.source_url, m.source_url),
-              url(m.target_url, m.target_url), m.campaign and url(m.campaign, m.campaign))
-             for k, m in self.superseded.items()],
-            [(goal, [(model, e.revision, [tuple(r) for r in e.rows])
-                     for model, e in by_model.items()])
-             for goal, by_model in self.open_goals.items()],
-        ), protocol=5)
+    # -- the state as values and as bytes ------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Everything this state holds, as plain values (``state_codec.Snapshot``): what a
+        backend stores, entry by entry or as one blob. A view of this state: read it before the
+        next move, never change it."""
+        return Snapshot(self.user_id, self.watermark, self.visits.values(),
+                        self.impressions.values(), self.superseded, self.open_goals)
 
     @classmethod
-    def from_bytes(cls, blob: bytes, config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
-        """Decode a blob written by ``to_bytes`` of this or an earlier state version."""
-        if not blob:
-            raise ValueError("empty attribution state blob")
-        version = blob[0]
-        if version in _AVRO_READERS:
-            return cls._from_avro(blob, config)
-        if version not in (3, 4, STATE_VERSION):
-            raise ValueError(f"attribution state version {version} is newer than this code "
-                             f"understands (max {STATE_VERSION})")
-        parts = loads_builtins(memoryview(blob)[1:])
-        user_id, watermark, visits, impressions, superseded = parts[:5]
-        open_goals = parts[5] if len(parts) > 5 else ()
-        if version == 3:  # no values or campaigns; "consumed" was last_touch's
-            visits = [(*v, None) for v in visits]
-            impressions = [(*i[:5], LAST_TOUCH if i[5] else 0, None) for i in impressions]
-        # The blob holds a state ``to_bytes`` wrote: its impressions are already the canonical
-        # members, so the dedup of ``restore`` is skipped; this runs on every touched user.
-        state = cls(user_id, config)
-        state.watermark = watermark
-        held, pending = state.visits, state.pending_goals
-        for event_id, ts, url, referer, goal, value in visits:
-            held[event_id] = v = Visit(event_id, ts, url, referer, goal != 0, goal == 2, value)
-            if goal == 2:
-                pending[event_id] = v
-        window, groups, canonical = config.dedup_window_ms, state.impressions, state._canonical
-        for event_id, impression_id, ts, source, target, consumed, campaign in impressions:
-            groups[(source, target, ts // window)] = canonical[event_id] = Impression(
-                event_id, impression_id, ts, source, target, consumed, campaign)
-        # Up to version 4 a superseded member is (event_id, bucket); version 5 keeps it whole.
-        state.superseded = {
-            m[0]: m[1] if len(m) == 2 else Impression(m[0], m[1], m[2], m[3], m[4], 0, m[5])
-            for m in superseded}
-        for goal, by_model in open_goals:
-            state.open_goals[goal] = {
-                model: Emitted(revision, tuple(Attribution(*values) for values in rows))
-                for model, revision, rows in by_model}
+    def from_snapshot(cls, snapshot: Snapshot,
+                      config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
+        """The state a snapshot holds, under ``config`` (the one it was taken under).
+
+        :param snapshot: the contents; its records become this state's own (not copied).
+        :param config: the rules' parameters.
+        """
+        if not snapshot.deduplicated:
+            state = cls.restore(snapshot.user_id, snapshot.visits,
+                                [*snapshot.impressions, *snapshot.superseded_members],
+                                snapshot.watermark, config, snapshot.superseded_buckets)
+        else:
+            # Its impressions are already the canonical members, so the dedup of ``restore`` is
+            # skipped: this runs on every touched user of every micro-batch.
+            state = cls(snapshot.user_id, config)
+            state.watermark = snapshot.watermark
+            state.visits = visits = {v.event_id: v for v in snapshot.visits}
+            state.pending_goals = {k: v for k, v in visits.items() if v.pending}
+            window = config.dedup_window_ms
+            state.impressions = {(i.source_url, i.target_url, i.ts // window): i
+                                 for i in snapshot.impressions}
+            state._canonical = {i.event_id: i for i in snapshot.impressions}
+            state.superseded = dict(snapshot.superseded)
+        state.open_goals = {goal: dict(by_model)
+                            for goal, by_model in snapshot.open_goals.items()}
         return state
 
+    def to_bytes(self) -> bytes:
+        """The whole state as one versioned blob (``state_codec.encode``, ``STATE_VERSION``)."""
+        return encode(self.snapshot())
+
     @classmethod
-    def _from_avro(cls, blob: bytes, config: AttributionConfig) -> "UserAttribution":
-        record = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _AVRO_READERS[blob[0]],
-                                            _STATE_SCHEMA_V2)
-        visits = (Visit(r["event_id"], r["ts"], r["url"], r["referer"], r["goal"] != 0, r["goal"] == 2)
-                  for r in record["visits"])
-        impressions = (Impression(r["event_id"], r["impression_id"], r["ts"], r["source_url"],
-                                  r["target_url"], LAST_TOUCH if r["consumed"] else 0)
-                       for r in record["impressions"])
-        superseded = {r["event_id"]: r["bucket"] for r in record["superseded"]}
-        return cls.restore(record["user_id"], visits, impressions, record["watermark"], config,
-                           superseded)
+    def from_bytes(cls, blob: bytes,
+                   config: AttributionConfig = AttributionConfig()) -> "UserAttribution":
+        """Decode a blob written by ``to_bytes`` of this or an earlier state version.
+
+        :param blob: the blob.
+        :param config: the rules' parameters (the ones the blob was written under).
+        :raises ValueError: an empty blob, or one of a newer version than this code knows.
+        """
+        return cls.from_snapshot(decode(blob), config)
 
     @classmethod
     def restore(cls, user_id: str, visits: Iterable[Visit], impressions: Iterable[Impression],
@@ -619,11 +622,14 @@ class UserAttribution:
                 superseded: Optional[dict[str, int]] = None) -> "UserAttribution":
         """Rebuild a state from its parts, as a backend that stores them separately holds them.
 
+        :param user_id: the user.
         :param visits: the visits held, one per event id.
         :param impressions: the impressions held, canonical members and the click-spam members
             that lost to them alike: the canonical one of each logical impression is found
             again, the consumed marks of every member stay with the logical impression, and the
             other members become ``superseded``.
+        :param watermark: the highest watermark the state was advanced to, if known.
+        :param config: the rules' parameters.
         :param superseded: ids of superseded members whose contents a state of an earlier
             version did not keep, with their dedup bucket.
         """
@@ -642,79 +648,3 @@ class UserAttribution:
             state._add_impression(i)
             state.impressions[group].consumed = marks
         return state
-
-
-# Version 5, the current one: a pickle (protocol 5) of built-in values only, read back by an
-# unpickler that refuses anything else:
-#   (user_id, watermark,
-#    [(event_id, ts, url, referer, goal, value)],
-#        goal: 0 = plain visit, 1 = attributed, 2 = pending; value: a goal's value or None
-#    [(event_id, impression_id, ts, source_url, target_url, consumed, campaign)],
-#        canonical impressions; consumed: one bit per model that credited it (config.model_bit)
-#    [(event_id, impression_id, ts, source_url, target_url, campaign) or (event_id, bucket)],
-#        superseded click-spam members (rule 3), whole so that a copy of one is judged by
-#        rule 1; the short form is a member kept by an earlier version, its dedup bucket alone
-#    [(goal event_id, [(model, revision, [row values in OUTPUT_FIELDS order])])])
-#        with revisions (section 8), what was last emitted for each goal not yet final; a
-#        blob without this element has none
-# Version 4 kept every superseded member in the short form. Version 3 had neither values nor
-# campaigns, and a boolean ``consumed``: it knew last_touch alone, and reads as last_touch's
-# consumption. Versions 1 and 2, Avro records of version 3's fields, are read the same way;
-# pickle replaced them because a streaming backend decodes and re-encodes a user's state on
-# every micro-batch that touches it, and pickle's C codec does that about 3x faster than
-# fastavro's records.
-STATE_VERSION = 5
-_STATE_HEADER = bytes([STATE_VERSION])
-
-
-class _BuiltinsOnly(pickle.Unpickler):
-    """An unpickler for state blobs: built-in values only, never a class or a callable."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"attribution state may not reference {module}.{name}")
-
-
-def loads_builtins(data) -> object:
-    """Unpickle ``data`` (bytes or a buffer) holding built-in values only: a state blob never
-    names a class, so one that does is refused instead of run."""
-    return _BuiltinsOnly(io.BytesIO(data)).load()
-
-
-_STATE_SCHEMA_V1 = {
-    "type": "record", "name": "UserAttributionState", "namespace": "streamjoin.attribution",
-    "fields": [
-        {"name": "user_id", "type": "string"},
-        {"name": "watermark", "type": ["null", "long"]},
-        {"name": "visits", "type": {"type": "array", "items": {
-            "type": "record", "name": "StateVisit", "fields": [
-                {"name": "event_id", "type": "string"},
-                {"name": "ts", "type": "long"},
-                {"name": "url", "type": "string"},
-                {"name": "referer", "type": ["null", "string"]},
-                # 0 = plain visit, 1 = goal already attributed, 2 = goal pending
-                {"name": "goal", "type": "int"},
-            ]}}},
-        {"name": "impressions", "type": {"type": "array", "items": {
-            "type": "record", "name": "StateImpression", "fields": [
-                {"name": "event_id", "type": "string"},
-                {"name": "impression_id", "type": "long"},
-                {"name": "ts", "type": "long"},
-                {"name": "source_url", "type": "string"},
-                {"name": "target_url", "type": "string"},
-                {"name": "consumed", "type": "boolean"},
-            ]}}},
-    ],
-}
-# Version 2 remembers the ids of superseded click-spam members (rule 1); a version-1 blob reads
-# as having none.
-_STATE_SCHEMA_V2 = fastavro.parse_schema({**_STATE_SCHEMA_V1, "fields": [
-    *_STATE_SCHEMA_V1["fields"],
-    {"name": "superseded", "default": [], "type": {"type": "array", "items": {
-        "type": "record", "name": "StateSupersededId", "fields": [
-            {"name": "event_id", "type": "string"},
-            {"name": "bucket", "type": "long"},   # the logical impression's dedup bucket
-        ]}}},
-]})
-
-# Writer schemas of the Avro versions (fastavro resolves version 1 to version 2).
-_AVRO_READERS = {1: fastavro.parse_schema(_STATE_SCHEMA_V1), 2: _STATE_SCHEMA_V2}

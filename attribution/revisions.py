@@ -11,10 +11,9 @@ A micro-batch ``k`` has two watermarks: ``W[k-1]``, in force when its records ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
-if TYPE_CHECKING:  # the core imports this module; rows are only passed through here
-    from .core import Attribution
+from .rows import Attribution
 
 EARLY, ON_TIME, LATE = "EARLY", "ON_TIME", "LATE"
 

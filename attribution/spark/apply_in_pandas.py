@@ -24,7 +24,8 @@ import pandas as pd
 import pyarrow as pa
 
 from ..config import AttributionConfig
-from ..core import WATERMARK_INFINITY, UserAttribution, loads_builtins
+from ..core import WATERMARK_INFINITY, UserAttribution
+from ..state_codec import loads_builtins
 from .bucket_scheduler import BucketScheduler
 from .frames import (
     STATE_USERS_CHANGE,

@@ -29,8 +29,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..config import AttributionConfig
-from ..core import Attribution, UserAttribution
+from ..core import UserAttribution
 from ..events import Event
+from ..rows import Attribution
 
 # user_id -> (wakeup, core blob or b"", inbox of comma-joined JSON objects or "")
 _NOW = -(2 ** 62)  # a wake-up at or below every watermark: due at once

@@ -151,8 +151,7 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     else:
         layout["tws_state"] = tws_state
     layout["models"] = list(config.models)
-    if "time_decay" in config.models:
-        layout["half_life_ms"] = config.half_life_ms
+    layout.update(config.model_options())  # what the configured models read (half-life...)
     # Revisions keep other state (open goals) and another Spark watermark; recorded only when
     # on, so that a layout without them means neither.
     if config.allowed_lateness_ms:

@@ -18,7 +18,7 @@ Two state layouts, the same rules (the engine-free core) and the same timer:
   * ``spent``: list state of event ids whose one-shot fact has happened: a goal that was
     attributed, or an impression that ``last_touch`` consumed;
   * ``consumed``: list state of ``(event id, models)``: an impression and the consumption bits
-    (``config.model_bit``) it had when a model other than ``last_touch`` consumed it. The
+    (``models.model_bit``) it had when a model other than ``last_touch`` consumed it. The
     entries of one impression add up (their bits are or-ed); a ``last_touch``-only run writes
     none, so its state is the same as before other models existed;
   * ``campaigns``: list state of ``(event id, campaign)`` for impressions that have one;
@@ -50,8 +50,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from ..config import LAST_TOUCH, AttributionConfig
+from ..config import AttributionConfig
 from ..core import UserAttribution
+from ..models import LAST_TOUCH
 from ..paths import Impression, Visit
 from .frames import (
     events_from_rows,
@@ -171,21 +172,20 @@ class AttributionProcessor(StatefulProcessor):
         return iter(out)
 
     def _store(self, core: UserAttribution, loaded: _Loaded) -> None:
-        held = [*core.impressions.values(),
-                *(m for m in core.superseded.values() if isinstance(m, Impression))]
-        spent = {g.event_id for g in core.visits.values() if g.is_goal and not g.pending}
-        spent.update(i.event_id for i in core.impressions.values() if i.consumed & LAST_TOUCH)
+        snapshot = core.snapshot()
+        held = [*snapshot.impressions, *snapshot.superseded_members]
+        spent = {g.event_id for g in snapshot.visits if g.is_goal and not g.pending}
+        spent.update(i.event_id for i in snapshot.impressions if i.consumed & LAST_TOUCH)
         # The other models' consumption, as it stands (see ``consumed`` in the module docstring).
-        consumed = {i.event_id: i.consumed for i in core.impressions.values()
+        consumed = {i.event_id: i.consumed for i in snapshot.impressions
                     if i.consumed & ~LAST_TOUCH}
         # Per list: its state, its entries now, and those it held before this call.
         lists = [
-            (self.visits, [_visit_entry(v) for v in core.visits.values()], loaded.visits),
+            (self.visits, [_visit_entry(v) for v in snapshot.visits], loaded.visits),
             (self.impressions, [_impression_entry(i) for i in held], loaded.impressions),
             (self.campaigns, _campaign_entries(held), loaded.campaigns),
-            (self.goal_values, _goal_value_entries(core.visits.values()), loaded.goal_values),
-            (self.superseded, [(k, b) for k, b in core.superseded.items() if isinstance(b, int)],
-             loaded.superseded),
+            (self.goal_values, _goal_value_entries(snapshot.visits), loaded.goal_values),
+            (self.superseded, list(snapshot.superseded_buckets.items()), loaded.superseded),
         ]
         if any(not before <= set(now) for _, now, before in lists):
             # An entry left (garbage collection, or a copy replaced by a smaller one, rule 1):

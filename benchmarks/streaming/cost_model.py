@@ -57,10 +57,11 @@ import shutil
 import statistics
 from typing import Optional
 
+from .console import log
 from .datasets import make_dataset
 from .kinds import CORE, DEFAULT_LAYOUT, JOB_LAYOUT_LABELS, JOB_LAYOUTS
 from .modes import interleaved
-from .report import align_table, fmt_number, log
+from .report import align_table, fmt_number
 from .runs import Bench
 
 MB = 1_000_000

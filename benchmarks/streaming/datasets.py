@@ -16,8 +16,8 @@ from attribution.config import (
     parse_duration_ms,
 )
 
+from .console import log
 from .kinds import NATIVE_WINDOW
-from .report import log
 
 
 @dataclass
@@ -159,7 +159,9 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
         cost["from_bytes"] += clock() - t1
         blob_bytes += len(blob)
         bucket_entries[user_id] = (core.next_wakeup(), blob, "")
-        for event_id in [*core.visits, *(i.event_id for i in core.impressions.values())]:
+        snapshot = core.snapshot()
+        for event_id in [*(v.event_id for v in snapshot.visits),
+                         *(i.event_id for i in snapshot.impressions)]:
             retained += 1
             buf.seek(0)
             buf.truncate()

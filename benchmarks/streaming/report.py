@@ -1,10 +1,9 @@
-"""Reporting: the progress log, the per-kind summaries (medians of repeats), the tables and the
+"""Reporting: the per-kind summaries (medians of repeats), the tables and the
 small formatters every mode prints with, and the machine the numbers were taken on."""
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,6 @@ from .sampling import MIB
 
 if TYPE_CHECKING:
     from .runs import RunResult
-
-
-def log(message: str) -> None:
-    """Progress on stderr, so that stdout holds only the tables."""
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass

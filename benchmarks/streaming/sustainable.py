@@ -80,9 +80,10 @@ from urllib.parse import unquote, urlparse
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark_interval
 
+from .console import log
 from .kinds import JOB_LAYOUT_LABELS, JOB_LAYOUTS, NATIVE, NATIVE_WINDOW
 from .listeners import batches_with_data, epoch_s
-from .report import align_table, fmt_number, log
+from .report import align_table, fmt_number
 from .runs import JOB_QUERY, Bench, native_counts
 from .sampling import MIB
 

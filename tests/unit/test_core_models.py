@@ -14,6 +14,7 @@ import pytest
 from attribution import AttributionConfig, Event, attribute_batch
 from attribution.config import MODELS, parse_models
 from attribution.core import STATE_VERSION, WATERMARK_INFINITY, UserAttribution
+from attribution.models import MODEL_TABLE, model_bit
 from support import SEARCH, USER, click, goal, visit
 
 ALL = AttributionConfig(models=MODELS)
@@ -336,3 +337,36 @@ def test_from_strings_parses_models_and_the_half_life():
     assert config.models == MODELS and config.half_life_ms == 12 * 3600 * 1000
     with pytest.raises(ValueError, match="half-life"):
         AttributionConfig.from_strings(half_life="soon")
+
+
+# -- the model table ------------------------------------------------------------------------------
+
+def test_the_table_fixes_the_models_order_and_their_consumption_bits():
+    """Stored consumption marks name models by position: the table may only grow at its end."""
+    assert MODELS == tuple(MODEL_TABLE)
+    assert MODELS[:5] == ("last_touch", "first_touch", "linear", "position_based", "time_decay")
+    assert [model_bit(m) for m in MODELS[:5]] == [1, 2, 4, 8, 16]
+    assert all(MODEL_TABLE[m].name == m for m in MODELS)
+
+
+def test_model_options_are_the_options_of_the_configured_models_only():
+    assert AttributionConfig().model_options() == {}
+    assert AttributionConfig(models="linear,position_based").model_options() == {}
+    assert AttributionConfig(models="all", half_life_ms=5).model_options() == {"half_life_ms": 5}
+
+
+def test_a_checkpoint_pins_the_options_of_its_models_and_refuses_others(tmp_path):
+    import json
+
+    from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_state_layout
+
+    pin = dict(backend="transformWithState", state_buckets=64, tws_state="compact")
+    linear = str(tmp_path / "linear")
+    pin_state_layout(linear, **pin, config=AttributionConfig(models="linear"))
+    assert "half_life_ms" not in json.loads((tmp_path / "linear" / LAYOUT_FILE).read_text())
+    decay = str(tmp_path / "decay")
+    pin_state_layout(decay, **pin, config=AttributionConfig(models="time_decay", half_life_ms=5))
+    assert json.loads((tmp_path / "decay" / LAYOUT_FILE).read_text())["half_life_ms"] == 5
+    with pytest.raises(CheckpointMismatch, match="--half-life"):
+        pin_state_layout(decay, **pin, config=AttributionConfig(models="time_decay",
+                                                               half_life_ms=6))

@@ -180,6 +180,7 @@ def run_streaming(config: AttributionConfig, steps, gc: bool = True,
                 assert row.goal_ts <= watermark
                 assert previous_watermark is None or row.goal_ts > previous_watermark
             rows.extend(emitted)
+            state.check_invariants()
 
     for watermark, arrived in steps:
         advance(watermark)
@@ -192,6 +193,7 @@ def run_streaming(config: AttributionConfig, steps, gc: bool = True,
             assert result.late == 0, "the generator must never make an event late"
             assert result.accepted + result.duplicates == len(batch)
             COVERAGE["copies that replaced a larger one held"] += result.replaced
+            state.check_invariants()
         if round_trip:
             states = {u: UserAttribution.from_bytes(s.to_bytes(), config) for u, s in states.items()}
         previous_watermark = watermark

@@ -305,6 +305,8 @@ def run_users(config: AttributionConfig, batches: list, delay: int):
             SEEN["copies that replaced a larger one held"] += result.replaced
         fire_at = MINUS_INFINITY if watermark is None else watermark
         changes.append([r for s in states.values() for r in s.advance(fire_at)])
+        for s in states.values():
+            s.check_invariants()
         previous = watermark
     changes.append([r for s in states.values() for r in s.advance(WATERMARK_INFINITY)])
     return changes, accepted, states
