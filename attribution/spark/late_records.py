@@ -22,7 +22,9 @@ The output holds one Parquet file per micro-batch with late records, under
 ``detected_date=YYYY-MM-DD`` (the micro-batch's own timestamp, from its offset log entry), named
 by batch id and written by an atomic rename (``sinks.ParquetSink.write_micro_batch``);
 ``_audited/<k>`` marks micro-batch ``k`` as done. A crash between the two rewrites the same
-file: exactly once. The records carry their origin as their source names it (``source_file``
+file: exactly once. A micro-batch whose input the source no longer holds (records a Kafka
+topic's retention deleted before the audit came to them) is marked with the reason instead, and
+reported by ``unaudited_batches``: never counted as having no late record. The records carry their origin as their source names it (``source_file``
 for files).
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .sources.offset_log import batch_offsets, committed_batches
 from .types import arrow_schema
 
 __all__ = ["AUDITED_DIR", "LATE_SCHEMA", "audit", "committed_batches", "dropped_by_batch",
-           "late_schema", "late_threshold_ms", "read_late_records"]
+           "late_schema", "late_threshold_ms", "read_late_records", "unaudited_batches"]
 
 AUDITED_DIR = "_audited"
 
@@ -144,21 +146,50 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
         rows = []
         if part and not _nothing_late(part, source, threshold, allowed_lateness_ms,
                                       (dropped or {}).get(batch_id)):
-            events = valid_events(classify(source.read_committed(spark, part), source,
-                                           max_future_skew_ms, skew_text), keep=origin)
-            ts = F.unix_millis("ts")
-            late = events.filter((F.col("event_type") != "heartbeat")
-                                 & (ts <= F.lit(threshold + allowed_lateness_ms)))
-            rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"), *origin,
-                               (ts <= F.lit(threshold)).alias("dropped")).collect()
+            try:
+                events = valid_events(classify(source.read_committed(spark, part), source,
+                                               max_future_skew_ms, skew_text), keep=origin)
+                ts = F.unix_millis("ts")
+                late = events.filter((F.col("event_type") != "heartbeat")
+                                     & (ts <= F.lit(threshold + allowed_lateness_ms)))
+                rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
+                                   *origin, (ts <= F.lit(threshold)).alias("dropped")).collect()
+            except Exception as err:  # the source tells a lost input from any other failure
+                lost = source.lost_input(err)
+                if lost is None:
+                    raise
+                _mark_audited(done, batch_id, lost)
+                continue
             accepted += sum(not r.dropped for r in rows)
             rows = [r for r in rows if r.dropped]
         if rows:
             _write_batch(sink, source, batch_id, rows, root, threshold, allowed_lateness_ms)
             written += len(rows)
-        done.mkdir(parents=True, exist_ok=True)
-        (done / str(batch_id)).touch()
+        _mark_audited(done, batch_id)
     return written, accepted
+
+
+def _mark_audited(done: Path, batch_id: int, not_audited: str = "") -> None:
+    """Mark micro-batch ``batch_id`` done; with ``not_audited``, the reason its records could
+    not be read again (``unaudited_batches`` reports it)."""
+    done.mkdir(parents=True, exist_ok=True)
+    (done / str(batch_id)).write_text(not_audited, encoding="utf-8")
+
+
+def unaudited_batches(late_dir: str) -> dict[int, str]:
+    """The micro-batches the audit could not read again, each with the reason (its input was
+    gone: Kafka's retention). Their late records, if any, are not in the output.
+
+    :param late_dir: the late-record output directory.
+    """
+    done = Path(late_dir) / AUDITED_DIR
+    if not done.is_dir():
+        return {}
+    out = {}
+    for marker in done.iterdir():
+        if marker.name.isdigit() and marker.stat().st_size:
+            out[int(marker.name)] = marker.read_text(encoding="utf-8")
+    return dict(sorted(out.items()))
 
 
 def _write_batch(sink: ParquetSink, source: EventSource, batch_id: int, rows: list,

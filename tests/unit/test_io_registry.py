@@ -193,3 +193,40 @@ def test_a_sink_without_driver_side_records_says_so():
 
     with pytest.raises(NotImplementedError, match="StreamOnly takes no driver-side records"):
         StreamOnly().write_micro_batch(0, pa.table({}), dt.datetime.now(dt.timezone.utc))
+
+
+# -- the late-record audit when a source no longer holds a committed micro-batch ---------------
+
+class _RetentionGone(type(file_source("json"))):
+    """JSON files whose committed micro-batch 1 is gone, as a Kafka range after retention."""
+
+    def __init__(self, failure: Exception):
+        super().__init__()
+        self.failure = failure
+
+    def read_committed(self, spark, part):
+        raise self.failure
+
+    lost_input = KafkaSource.lost_input
+
+
+def test_a_micro_batch_whose_input_is_gone_is_reported_not_audited_never_silently(tmp_path):
+    from attribution.spark.late_records import audit, read_late_records, unaudited_batches
+
+    cp, late = tmp_path / "cp", tmp_path / "late"
+    _log(cp / "sources" / "0" / "0", json.dumps({"path": "file:///in/a.json", "batchId": 0}))
+    _offsets(cp, 0, {"logOffset": 0})
+    _log(cp / "commits" / "0", "{}")
+    gone = RuntimeError("Job aborted: [KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] Some data "
+                        "may have been lost because they are not available in Kafka any more")
+    assert audit(None, str(cp), str(late), _RetentionGone(gone), 86_400_000, "1 day", 0) == (0, 0)
+    assert unaudited_batches(str(late)) == {0: (
+        "the broker no longer holds its records (KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE: "
+        "retention or a deleted topic removed them)")}
+    assert len(read_late_records(str(late))) == 0
+    # Marked: a second audit does not try again; any other failure is not the source's to hide.
+    assert audit(None, str(cp), str(late), _RetentionGone(gone), 86_400_000, "1 day", 0) == (0, 0)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        audit(None, str(cp), str(tmp_path / "late2"), _RetentionGone(RuntimeError("disk on fire")),
+              86_400_000, "1 day", 0)
+    assert unaudited_batches(str(tmp_path / "late2")) == {}

@@ -39,6 +39,8 @@ class EventSource(ABC):
        ``committed_input(checkpoint, k)`` says from the query's checkpoint alone what ``k``
        read (``None``: nothing); ``earliest_ts_ms`` may prove from that alone that none of it
        can be late; otherwise ``read_committed(spark, part)`` reads exactly those records again.
+       If that read fails, ``lost_input(error)`` tells a source that no longer holds them
+       (Kafka's retention) from any other failure.
 
     **Raw records.** Every row has the ``origin_fields`` columns (where the record came from:
     the dead letter and the late-record output carry them) and ``ARRIVAL_COLUMN`` (a
@@ -114,6 +116,15 @@ class EventSource(ABC):
         reading its records (+infinity when it holds none), else ``None``: the default.
 
         :param part: what a committed micro-batch read (``committed_input``).
+        """
+        return None
+
+    def lost_input(self, error: BaseException) -> Optional[str]:
+        """When re-reading a committed micro-batch failed because the source no longer holds
+        its records, why, in one line; ``None`` for any other failure, which the caller lets
+        through. The default: ``None`` (a source that keeps what it delivered).
+
+        :param error: what ``read_committed`` or reading its result raised.
         """
         return None
 

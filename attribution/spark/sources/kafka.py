@@ -13,13 +13,15 @@ The offsets a micro-batch read are in the query's checkpoint, as for any Spark s
 offset per partition in ``offsets/<k>``, the start the previous micro-batch's end (for the
 first one, the initial offsets the connector writes to ``sources/0/0``). Re-reading them for
 the late-record audit asks the broker for exactly those ranges, with Spark's
-``failOnDataLoss`` on: when retention has already deleted a range the read fails, naming the
-offsets, rather than returning less.
+``failOnDataLoss`` on: when retention has already deleted a range the read fails rather than
+returning less, and ``lost_input`` tells the audit so (it records the micro-batch as not
+audited, with the reason, instead of writing an incomplete set).
 """
 from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
@@ -37,6 +39,7 @@ from .offset_log import batch_files, log_lines, source_range
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = "source_topic", "source_partition", "source_offset"
 STARTING_OFFSETS = ("earliest", "latest")
 _EARLIEST = -2  # Spark's Kafka source: "the earliest offset" in a JSON offset map
+_DATA_LOSS = re.compile(r"KAFKA_DATA_LOSS(\.[A-Z_]+)?")  # the connector's error condition
 
 # An offset range of one partition: (topic, partition, first offset, offset after the last).
 OffsetRange = tuple[str, int, int, int]
@@ -225,6 +228,15 @@ class KafkaSource(EventSource):
                          .option("startingOffsets", json.dumps(starting))
                          .option("endingOffsets", json.dumps(ending))
                          .option("failOnDataLoss", "true").load())
+
+    def lost_input(self, error: BaseException) -> Optional[str]:
+        """Spark's Kafka connector reports offsets the broker no longer holds as
+        ``KAFKA_DATA_LOSS`` (retention, a deleted topic or partition)."""
+        match = _DATA_LOSS.search(str(error))
+        if match is None:
+            return None
+        return (f"the broker no longer holds its records ({match[0]}: retention or a deleted "
+                f"topic removed them)")
 
     def describe(self) -> str:
         return (f"{self.format.name} values of Kafka topics {', '.join(self.topics)} at "
