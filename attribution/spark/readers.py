@@ -13,12 +13,8 @@ from . import avro_source
 from .formats import EVENT_FORMATS, FORMATS, event_format, format_mismatch
 from .types import spark_struct
 
-# Kept for the callers of these names; the facts are in ``formats``.
-FILE_EXTENSIONS = {name: fmt.extensions for name, fmt in EVENT_FORMATS.items()}
-FILE_GLOBS = {name: fmt.glob for name, fmt in EVENT_FORMATS.items()}
-
-__all__ = ["FILE_EXTENSIONS", "FILE_GLOBS", "FORMATS", "event_struct", "format_mismatch",
-           "read_event_batch", "read_event_stream"]
+# FORMATS and format_mismatch are imported from here by the jobs' command line.
+__all__ = ["FORMATS", "event_struct", "format_mismatch", "read_event_batch", "read_event_stream"]
 
 
 def event_struct():

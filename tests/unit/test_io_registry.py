@@ -35,7 +35,7 @@ def test_every_list_of_formats_is_the_one_table():
     for module in (generators.params, generators.writers, benchmarks.generator, files, readers):
         assert module.FORMATS is FORMATS, module.__name__
     assert set(FILE_SOURCES) == set(EVENT_FORMATS)
-    assert {name: readers.FILE_GLOBS[name] for name in FORMATS} == {
+    assert {name: EVENT_FORMATS[name].glob for name in FORMATS} == {
         "json": "*.{json,jsonl}", "parquet": "*.parquet", "avro": "*.avro"}
     assert [format_of(n) for n in ("a.json", "b.JSONL", "c.parquet", "d.avro", "README")] == [
         "json", "json", "parquet", "avro", None]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from abc import abstractmethod
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
@@ -68,14 +69,14 @@ class FileSource(EventSource):
 
     # -- the format's hooks -----------------------------------------------------------------
 
+    @abstractmethod
     def _reader(self, spark, reader):
         """``reader`` (``spark.read`` or ``spark.readStream`` of ``spark``) set up for this
         format."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _raw(self, frame: DataFrame) -> DataFrame:
         """The reader's rows as raw records (see ``EventSource``)."""
-        raise NotImplementedError
 
     # -- EventSource ------------------------------------------------------------------------
 
