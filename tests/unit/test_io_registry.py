@@ -230,3 +230,8 @@ def test_a_micro_batch_whose_input_is_gone_is_reported_not_audited_never_silentl
         audit(None, str(cp), str(tmp_path / "late2"), _RetentionGone(RuntimeError("disk on fire")),
               86_400_000, "1 day", 0)
     assert unaudited_batches(str(tmp_path / "late2")) == {}
+
+
+def test_a_batch_write_names_what_it_can_replace():
+    with pytest.raises(ValueError, match="replace must be one of all, dates, got 'some'"):
+        ParquetSink("/out").write_batch(None, replace="some")

@@ -29,10 +29,11 @@ import fastavro
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ...schema import EVENT_FIELDS, EVENT_SCHEMA
 from ..formats import event_format
-from ..types import arrow_schema
+from ..types import arrow_schema, spark_struct
 from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
 from .offset_log import batch_files, log_lines, source_range
 
@@ -45,15 +46,15 @@ _DATA_LOSS = re.compile(r"KAFKA_DATA_LOSS(\.[A-Z_]+)?")  # the connector's error
 OffsetRange = tuple[str, int, int, int]
 
 
-def _origin(frame: DataFrame) -> list[Column]:
-    """The origin and arrival columns of the Kafka source's rows."""
+def _origin() -> list[Column]:
+    """The origin and arrival columns of the connector's rows."""
     return [F.col("topic").alias(SOURCE_TOPIC), F.col("partition").alias(SOURCE_PARTITION),
             F.col("offset").alias(SOURCE_OFFSET), F.col("timestamp").alias(ARRIVAL_COLUMN)]
 
 
 def _json_values(frame: DataFrame) -> DataFrame:
     """JSON values as text records; a value that is not UTF-8 JSON is dead-lettered as such."""
-    return frame.select(F.col("value").cast("string").alias(RAW_RECORD_COLUMN), *_origin(frame))
+    return frame.select(F.col("value").cast("string").alias(RAW_RECORD_COLUMN), *_origin())
 
 
 _DECODED_SCHEMA = pa.schema([*(f.with_nullable(True) for f in arrow_schema(EVENT_SCHEMA)),
@@ -90,23 +91,18 @@ def _decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
             row[READ_ERROR_COLUMN] = error
             rows.append(row)
         decoded = pa.RecordBatch.from_pylist(rows, schema=_DECODED_SCHEMA)
-        passed = [batch.column(name) for name in batch.schema.names if name != "value"]
-        yield pa.RecordBatch.from_arrays([*decoded.columns, *passed],
-                                         names=[*_DECODED_SCHEMA.names,
-                                                *(n for n in batch.schema.names if n != "value")])
+        passed = [name for name in batch.schema.names if name != "value"]
+        yield pa.RecordBatch.from_arrays([*decoded.columns, *map(batch.column, passed)],
+                                         names=[*_DECODED_SCHEMA.names, *passed])
 
 
 def _avro_values(frame: DataFrame) -> DataFrame:
     """Avro binary values as typed records, decoded in Python (Spark's ``from_avro`` is in a
     separate jar); an undecodable value becomes one row with ``read_error``."""
-    from ..types import spark_struct
-
-    selected = frame.select("value", *_origin(frame))
-    fields = [*spark_struct(EVENT_SCHEMA).fields]
-    schema = ", ".join([f"{f.name} {f.dataType.simpleString()}" for f in fields]
-                       + [f"{READ_ERROR_COLUMN} string", f"{SOURCE_TOPIC} string",
-                          f"{SOURCE_PARTITION} int", f"{SOURCE_OFFSET} bigint",
-                          f"{ARRIVAL_COLUMN} timestamp"])
+    selected = frame.select("value", *_origin())
+    schema = T.StructType([*spark_struct(EVENT_SCHEMA).fields,
+                           T.StructField(READ_ERROR_COLUMN, T.StringType()),
+                           *(f for f in selected.schema.fields if f.name != "value")])
     return selected.mapInArrow(_decode_batches, schema)
 
 
