@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from attribution.spark.formats import FORMATS  # noqa: E402 (after the path set-up above)
+
 TARGETS = {True: 100_000, False: 300_000}   # events/s, with the truth / without
-FORMATS = ("parquet", "json", "avro")
 _SAMPLE_USERS = 2_000
 
 

@@ -21,8 +21,8 @@ from attribution.config import (
     parse_duration_ms,
 )
 from attribution.events import InvalidEvent, ts_to_ms
+from attribution.spark.formats import FORMATS
 
-FORMATS = ("json", "parquet", "avro")
 DISORDER_MODELS = ("bounded", "per-source", "heavy-tail")
 GROUPS = ("dataset", "site", "behaviour", "value", "disorder", "stream")
 # The value of an open-ended duration knob (``total_span``) that sets no bound.

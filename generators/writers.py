@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from attribution.schema import EVENT_FIELDS, EVENT_SCHEMA, EVENT_TYPES
-from attribution.spark.files import FORMATS
+from attribution.spark.formats import FORMATS
 from attribution.spark.types import arrow_schema
 
 from .behaviour import VISIT, EventColumns

@@ -48,10 +48,11 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA
+from .formats import EVENT_FORMATS
 from .types import arrow_schema, spark_struct
 
 SOURCE_NAME = "eventavro"
-AVRO_GLOB = "*.avro"
+_EXTENSIONS = EVENT_FORMATS["avro"].extensions
 _ARROW_SCHEMA = pa.schema([f.with_nullable(True) for f in arrow_schema(EVENT_SCHEMA)]
                           + [pa.field("source_file", pa.string()),
                              pa.field("source_modified", pa.timestamp("us", tz="UTC")),
@@ -85,7 +86,7 @@ def _local_path(path: str) -> Path:
 
 
 def list_files(directory: str) -> list[tuple[int, str]]:
-    """The ``*.avro`` files of ``directory`` (or the one file it names) as
+    """The Avro files of ``directory`` (or the one file it names) as
     ``(mtime_ns, absolute path)``, in read order.
 
     Hidden and underscore-prefixed names (temporary files, markers) are not input.
@@ -95,7 +96,8 @@ def list_files(directory: str) -> list[tuple[int, str]]:
         return [(root.stat().st_mtime_ns, os.path.abspath(root))]
     out = []
     for entry in os.scandir(root):
-        if entry.is_file() and entry.name.endswith(".avro") and not entry.name.startswith(("_", ".")):
+        if (entry.is_file() and entry.name.endswith(_EXTENSIONS)
+                and not entry.name.startswith(("_", "."))):
             out.append((entry.stat().st_mtime_ns, os.path.abspath(entry.path)))
     out.sort()
     return out

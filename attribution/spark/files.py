@@ -3,16 +3,17 @@
 Attribution output is read back through ``attribution.spark.output``, which reads only the
 files a job committed.
 
-Formats are chosen by file extension: ``.json``/``.jsonl`` (JSON lines), ``.parquet`` and
-``.avro``. A directory is read file by file in name order, which is the arrival order the
-generators and the ch. 7 dataset use. Parquet timestamps are written as microseconds, UTC.
+Formats are chosen by file extension (``formats.EVENT_FORMATS``): ``.json``/``.jsonl`` (JSON
+lines), ``.parquet`` and ``.avro``; each has a reader and a writer in the tables below. A
+directory is read file by file in name order, which is the arrival order the generators and the
+ch. 7 dataset use. Parquet timestamps are written as microseconds, UTC.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Union
 
 import fastavro
 import pyarrow as pa
@@ -21,16 +22,12 @@ import pyarrow.parquet as pq
 from ..core import Attribution
 from ..events import Event, ms_to_datetime, ms_to_iso, parse_event
 from ..schema import EVENT_SCHEMA, OUTPUT_SCHEMA
+from .formats import FORMATS, event_format, format_of
 from .types import arrow_schema
 
-FORMATS = ("json", "parquet", "avro")
-_EXTENSIONS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".avro": "avro"}
+__all__ = ["FORMATS", "attributions_to_arrow", "data_files", "format_of", "read_event_records",
+           "read_events", "write_attributions", "write_events"]
 PathLike = Union[str, os.PathLike]
-
-
-def format_of(path: PathLike) -> Optional[str]:
-    """The format implied by a file's extension, or ``None`` for other files."""
-    return _EXTENSIONS.get(Path(path).suffix.lower())
 
 
 def data_files(path: PathLike) -> list[Path]:
@@ -48,20 +45,38 @@ def data_files(path: PathLike) -> list[Path]:
                   if p.is_file() and not p.name.startswith((".", "_")) and format_of(p))
 
 
+def _json_records(path: Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _avro_records(path: Path) -> Iterator[dict]:
+    with open(path, "rb") as fh:
+        yield from fastavro.reader(fh)
+
+
+# Format -> the raw records of one of its files.
+_RECORD_READERS: dict[str, Callable[[Path], Iterable[dict]]] = {
+    "json": _json_records,
+    "parquet": lambda path: pq.read_table(path).to_pylist(),
+    "avro": _avro_records,
+}
+
+
 def read_event_records(path: PathLike) -> Iterator[dict]:
-    """Yield raw records from event files, unvalidated (``ts`` as found in the file)."""
+    """Yield raw records from event files, unvalidated (``ts`` as found in the file).
+
+    :param path: an event file or a directory of them (``data_files``).
+    """
     for f in data_files(path):
         fmt = format_of(f)
-        if fmt == "json":
-            with open(f, encoding="utf-8") as fh:
-                for line in fh:
-                    if line.strip():
-                        yield json.loads(line)
-        elif fmt == "parquet":
-            yield from pq.read_table(f).to_pylist()
-        else:
-            with open(f, "rb") as fh:
-                yield from fastavro.reader(fh)
+        if fmt is None:
+            endings = [e for name in FORMATS for e in event_format(name).extensions]
+            raise ValueError(f"{f} is not an event file: its name ends in none of "
+                             f"{', '.join(endings)}")
+        yield from _RECORD_READERS[fmt](f)
 
 
 def read_events(path: PathLike) -> list[Event]:
@@ -78,22 +93,37 @@ def read_events(path: PathLike) -> list[Event]:
     return events
 
 
-def write_events(events: Iterable[Event], path: PathLike, fmt: str) -> None:
-    """Write events to one file in ``fmt`` (json, parquet or avro)."""
-    records = [e.to_record() for e in events]
-    if fmt == "json":
-        with open(path, "w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps({**r, "ts": ms_to_iso(r["ts"])}) + "\n")
-    elif fmt == "parquet":
+def _write_json(records: list[dict], path: PathLike) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
         for r in records:
-            r["ts"] = ms_to_datetime(r["ts"])
-        pq.write_table(pa.Table.from_pylist(records, schema=arrow_schema(EVENT_SCHEMA)), path)
-    elif fmt == "avro":
-        with open(path, "wb") as fh:
-            fastavro.writer(fh, EVENT_SCHEMA, records)
-    else:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+            fh.write(json.dumps({**r, "ts": ms_to_iso(r["ts"])}) + "\n")
+
+
+def _write_parquet(records: list[dict], path: PathLike) -> None:
+    for r in records:
+        r["ts"] = ms_to_datetime(r["ts"])
+    pq.write_table(pa.Table.from_pylist(records, schema=arrow_schema(EVENT_SCHEMA)), path)
+
+
+def _write_avro(records: list[dict], path: PathLike) -> None:
+    with open(path, "wb") as fh:
+        fastavro.writer(fh, EVENT_SCHEMA, records)
+
+
+# Format -> how a list of event records (``Event.to_record``) becomes one file.
+_WRITERS: dict[str, Callable[[list[dict], PathLike], None]] = {
+    "json": _write_json, "parquet": _write_parquet, "avro": _write_avro}
+
+
+def write_events(events: Iterable[Event], path: PathLike, fmt: str) -> None:
+    """Write events to one file in ``fmt``.
+
+    :param events: the events, in file order.
+    :param path: the file to write.
+    :param fmt: one of ``FORMATS``; another is a ``ValueError`` naming them.
+    """
+    event_format(fmt)
+    _WRITERS[fmt]([e.to_record() for e in events], path)
 
 
 def attributions_to_arrow(rows: Iterable[Attribution]) -> pa.Table:

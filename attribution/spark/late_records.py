@@ -3,32 +3,34 @@ with the watermark it was judged against, so it can be inspected or replayed in 
 
 Spark drops a stateful operator's late input rows itself and only counts them. This module
 finds them again from what the query's checkpoint records about each committed micro-batch
-``k``: the input files it read (the file source's log, or the Avro source's offset) and the
-watermark in force when they arrived, the previous micro-batch's (``offsets/<k-1>``). A record of
-those files that validation accepts, that is not a heartbeat, and whose ``ts`` is at or below
-that watermark is one Spark dropped. Every input of that judgement is in the checkpoint or the
-file itself (validation judges ``--max-future-skew`` against the file's modification time), so
-the set is the same whenever it is computed.
+``k``: the input it read (its input source says which, ``EventSource.committed_input``: the
+files, or the offset ranges) and the watermark in force when they arrived, the previous
+micro-batch's (``offsets/<k-1>``). A record of that input that validation accepts, that is not a
+heartbeat, and whose ``ts`` is at or below that watermark is one Spark dropped. Every input of
+that judgement is in the checkpoint or the record itself (validation judges
+``--max-future-skew`` against the record's arrival time, fixed when it was written), so the set
+is the same whenever it is computed.
 
 Most micro-batches have no late record, and proving it needs no scan: Spark counts the rows it
 drops (``numRowsDroppedByWatermark``), so with no allowed lateness a micro-batch whose progress
-reports none has nothing to write; and the ``ts`` column of a Parquet file, read alone, shows
-when none of its records is within the allowed lateness of the watermark or behind it. Only the
-other micro-batches are read again and validated.
+reports none has nothing to write; and a source may know the earliest ``ts`` of a micro-batch
+without reading its records (``EventSource.earliest_ts_ms``: the ``ts`` column of a Parquet
+file, read alone), which shows when none of them is within the allowed lateness of the
+watermark or behind it. Only the other micro-batches are read again and validated.
 
 The output holds one Parquet file per micro-batch with late records, under
 ``detected_date=YYYY-MM-DD`` (the micro-batch's own timestamp, from its offset log entry), named
-by batch id and written by an atomic rename; ``_audited/<k>`` marks micro-batch ``k`` as done.
-A crash between the two rewrites the same file: exactly once.
+by batch id and written by an atomic rename (``sinks.ParquetSink.write_micro_batch``);
+``_audited/<k>`` marks micro-batch ``k`` as done. A crash between the two rewrites the same
+file: exactly once. A micro-batch whose input the source no longer holds (records a Kafka
+topic's retention deleted before the audit came to them) is marked with the reason instead, and
+reported by ``unaudited_batches``: never counted as having no late record. The records carry their origin as their source names it (``source_file``
+for files).
 """
 from __future__ import annotations
 
-import json
-import os
-import re
 from pathlib import Path
-from typing import Mapping, Optional
-from urllib.parse import unquote, urlparse
+from typing import Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,82 +39,47 @@ from joins.durations import ms_to_datetime, ms_to_iso
 
 from .layout import DETECTED_DATE
 from .query_progress import micro_batch_ran
+from .sinks import ParquetSink
+from .sources import EventSource, as_source
+from .sources.offset_log import batch_offsets, committed_batches
+from .types import arrow_schema
+
+__all__ = ["AUDITED_DIR", "LATE_SCHEMA", "audit", "committed_batches", "dropped_by_batch",
+           "late_schema", "late_threshold_ms", "read_late_records", "unaudited_batches"]
 
 AUDITED_DIR = "_audited"
-_BATCH = re.compile(r"^(\d+)(\.compact)?$")
-LATE_SCHEMA = pa.schema([
-    pa.field("raw_record", pa.string()),        # the record, as JSON
-    pa.field("reason", pa.string()),
-    pa.field("watermark", pa.timestamp("us", tz="UTC")),  # W[k-1], the on-time watermark
-    pa.field("allowed_lateness_ms", pa.int64()),
-    pa.field("source_file", pa.string()),
-    pa.field("batch_id", pa.int64()),
-    pa.field("detected_at", pa.timestamp("us", tz="UTC")),  # the micro-batch's timestamp
-])
 
 
-def _log_lines(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines[0] != "v1":
-        raise ValueError(f"{path}: unsupported checkpoint log version {lines[0]!r}")
-    return lines[1:]
+def late_schema(source: Union[EventSource, str]) -> pa.Schema:
+    """The late-record files' schema for records of ``source``: its origin columns in the
+    place of ``source_file``.
+
+    :param source: the input source, or a format name for that format's files.
+    """
+    origin = arrow_schema({"fields": list(as_source(source).origin_fields)})
+    return pa.schema([
+        pa.field("raw_record", pa.string()),        # the record, as JSON
+        pa.field("reason", pa.string()),
+        pa.field("watermark", pa.timestamp("us", tz="UTC")),  # W[k-1], the on-time watermark
+        pa.field("allowed_lateness_ms", pa.int64()),
+        *origin,
+        pa.field("batch_id", pa.int64()),
+        pa.field("detected_at", pa.timestamp("us", tz="UTC")),  # the micro-batch's timestamp
+    ])
 
 
-def _batch_files(log_dir: Path) -> dict[int, Path]:
-    out = {}
-    if log_dir.is_dir():
-        for entry in log_dir.iterdir():
-            match = _BATCH.match(entry.name)
-            if match and entry.is_file():
-                out[int(match[1])] = entry
-    return out
-
-
-def committed_batches(checkpoint: Path) -> list[int]:
-    """The micro-batches the query committed, in order."""
-    return sorted(_batch_files(checkpoint / "commits"))
-
-
-def _offsets(checkpoint: Path, batch_id: int) -> tuple[dict, Optional[dict]]:
-    """A micro-batch's metadata and its (only) source's offset."""
-    lines = [line for line in _log_lines(checkpoint / "offsets" / str(batch_id)) if line]
-    metadata = json.loads(lines[0])
-    source = None if len(lines) < 2 or lines[1] == "-" else json.loads(lines[1])
-    return metadata, source
-
-
-def _file_source_entries(checkpoint: Path, log_offset: int) -> list[str]:
-    """The files of the file source's log entry ``log_offset``, also inside a compact file."""
-    log = _batch_files(checkpoint / "sources" / "0")
-    candidates = [b for b in log if b >= log_offset and (b == log_offset
-                                                         or log[b].name.endswith(".compact"))]
-    if not candidates:
-        raise ValueError(f"{checkpoint}: the file source's log has no entry {log_offset}")
-    entries = (json.loads(line) for line in _log_lines(log[min(candidates)]) if line)
-    return [e["path"] for e in entries if e.get("batchId") == log_offset]
-
-
-def batch_input_files(checkpoint: Path, batch_id: int) -> list[str]:
-    """The input files micro-batch ``batch_id`` read (none for a batch that only fired timers)."""
-    _, source = _offsets(checkpoint, batch_id)
-    previous = _offsets(checkpoint, batch_id - 1)[1] if batch_id > 0 else None
-    if source is None or source == previous:
-        return []
-    if "logOffset" in source:  # Spark's file source
-        return _file_source_entries(checkpoint, source["logOffset"])
-    return list(source.get("files", []))  # the project's Avro source
+LATE_SCHEMA = late_schema("json")  # the schema of late records read from files
 
 
 def late_threshold_ms(checkpoint: Path, batch_id: int) -> int:
-    """The watermark Spark judged micro-batch ``batch_id``'s input by: the previous one's."""
+    """The watermark Spark judged micro-batch ``batch_id``'s input by: the previous one's.
+
+    :param checkpoint: the query's checkpoint directory.
+    :param batch_id: a micro-batch with an offset log entry.
+    """
     if batch_id == 0:
         return 0
-    return _offsets(checkpoint, batch_id - 1)[0]["batchWatermarkMs"]
-
-
-def _local(uri: str) -> str:
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else uri
+    return batch_offsets(checkpoint, batch_id - 1)[0]["batchWatermarkMs"]
 
 
 def dropped_by_batch(progress) -> dict[int, int]:
@@ -123,56 +90,37 @@ def dropped_by_batch(progress) -> dict[int, int]:
             for p in progress if micro_batch_ran(p)}
 
 
-_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-
-
-def _min_parquet_ts_ms(files: list[str]) -> Optional[float]:
-    """The earliest ``ts`` in these Parquet files, in epoch milliseconds, from that column alone
-    (nulls, which validation rejects, ignored); +infinity when there is none. None when it
-    cannot be known this way: a remote file, a ``ts`` that is not a timestamp, a file pyarrow
-    cannot read (the full scan then decides)."""
-    import pyarrow.compute as pc
-
-    earliest = float("inf")
-    for f in files:
-        if "://" in f:
-            return None
-        try:
-            ts = pq.read_table(f, columns=["ts"]).column("ts")
-        except (OSError, KeyError, pa.ArrowException):
-            return None
-        if not pa.types.is_timestamp(ts.type):
-            return None
-        least = pc.min(ts.cast(pa.int64())).as_py()
-        if least is not None:  # truncated to milliseconds, as Spark's unix_millis does
-            earliest = min(earliest, least * 1000 // _PER_SECOND[ts.type.unit])
-    return earliest
-
-
-def _nothing_late(files: list[str], fmt: str, threshold_ms: int, allowed_lateness_ms: int,
-                  dropped: Optional[int]) -> bool:
+def _nothing_late(part, source: Union[EventSource, str], threshold_ms: int,
+                  allowed_lateness_ms: int, dropped: Optional[int]) -> bool:
     """True when no record of a micro-batch can be late, dropped or accepted, without reading
     its records: Spark dropped none and nothing is accepted late without an allowed lateness,
-    or every ``ts`` of its Parquet files is past ``threshold_ms + allowed_lateness_ms``."""
+    or its earliest ``ts`` (``EventSource.earliest_ts_ms``) is past ``threshold_ms +
+    allowed_lateness_ms``.
+
+    :param part: what the micro-batch read (``EventSource.committed_input``).
+    :param source: its input source, or a format name for that format's files.
+    :param threshold_ms: the watermark it was judged by.
+    :param allowed_lateness_ms: the allowed lateness.
+    :param dropped: Spark's count of rows it dropped, ``None`` when unknown.
+    """
     if dropped == 0 and allowed_lateness_ms == 0:
         return True
-    if fmt != "parquet":
-        return False
-    earliest = _min_parquet_ts_ms(files)
+    earliest = as_source(source).earliest_ts_ms(part)
     return earliest is not None and earliest > threshold_ms + allowed_lateness_ms
 
 
-def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: int,
-          skew_text: str, allowed_lateness_ms: int,
+def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str],
+          max_future_skew_ms: int, skew_text: str, allowed_lateness_ms: int,
           dropped: Optional[Mapping[int, int]] = None) -> tuple[int, int]:
     """Write the late records of every committed micro-batch not audited yet.
 
     :returns: how many records were written (dropped as too late), and how many others of the
         same micro-batches were late but within the allowed lateness (so used).
 
+    :param spark: the session.
     :param checkpoint: the attribution query's checkpoint directory (local).
     :param late_dir: the late-record output directory.
-    :param fmt: the input format, as the query reads it.
+    :param source: the query's input source, or its format name for files (``sources``).
     :param max_future_skew_ms: validation's skew rule, as the query applies it.
     :param skew_text: the same, as the user wrote it.
     :param allowed_lateness_ms: ``L``: Spark's watermark runs ``L`` behind the on-time one.
@@ -182,40 +130,71 @@ def audit(spark, checkpoint: str, late_dir: str, fmt: str, max_future_skew_ms: i
     from pyspark.sql import functions as F
 
     from ..schema import EVENT_FIELDS
-    from .validation import classify, read_raw_files, valid_events
+    from .validation import classify, valid_events
 
+    source = as_source(source)
+    origin = list(source.origin_columns)
     root, out = Path(checkpoint), Path(late_dir)
+    sink = ParquetSink(late_dir, DETECTED_DATE)
     done = out / AUDITED_DIR
     written = accepted = 0
     for batch_id in committed_batches(root):
         if (done / str(batch_id)).exists():
             continue
-        files = [_local(f) for f in batch_input_files(root, batch_id)]
+        part = source.committed_input(root, batch_id)
         threshold = late_threshold_ms(root, batch_id)
         rows = []
-        if files and not _nothing_late(files, fmt, threshold, allowed_lateness_ms,
-                                       (dropped or {}).get(batch_id)):
-            events = valid_events(classify(read_raw_files(spark, files, fmt),
-                                           fmt, max_future_skew_ms, skew_text),
-                                  keep=["source_file"])
-            ts = F.unix_millis("ts")
-            late = events.filter((F.col("event_type") != "heartbeat")
-                                 & (ts <= F.lit(threshold + allowed_lateness_ms)))
-            rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
-                               "source_file", (ts <= F.lit(threshold)).alias("dropped")).collect()
+        if part and not _nothing_late(part, source, threshold, allowed_lateness_ms,
+                                      (dropped or {}).get(batch_id)):
+            try:
+                events = valid_events(classify(source.read_committed(spark, part), source,
+                                               max_future_skew_ms, skew_text), keep=origin)
+                ts = F.unix_millis("ts")
+                late = events.filter((F.col("event_type") != "heartbeat")
+                                     & (ts <= F.lit(threshold + allowed_lateness_ms)))
+                rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
+                                   *origin, (ts <= F.lit(threshold)).alias("dropped")).collect()
+            except Exception as err:  # the source tells a lost input from any other failure
+                lost = source.lost_input(err)
+                if lost is None:
+                    raise
+                _mark_audited(done, batch_id, lost)
+                continue
             accepted += sum(not r.dropped for r in rows)
             rows = [r for r in rows if r.dropped]
         if rows:
-            _write_batch(out, batch_id, rows, root, threshold, allowed_lateness_ms)
+            _write_batch(sink, source, batch_id, rows, root, threshold, allowed_lateness_ms)
             written += len(rows)
-        done.mkdir(parents=True, exist_ok=True)
-        (done / str(batch_id)).touch()
+        _mark_audited(done, batch_id)
     return written, accepted
 
 
-def _write_batch(out: Path, batch_id: int, rows: list, checkpoint: Path, threshold_ms: int,
-                 allowed_lateness_ms: int) -> None:
-    metadata, _ = _offsets(checkpoint, batch_id)
+def _mark_audited(done: Path, batch_id: int, not_audited: str = "") -> None:
+    """Mark micro-batch ``batch_id`` done; with ``not_audited``, the reason its records could
+    not be read again (``unaudited_batches`` reports it)."""
+    done.mkdir(parents=True, exist_ok=True)
+    (done / str(batch_id)).write_text(not_audited, encoding="utf-8")
+
+
+def unaudited_batches(late_dir: str) -> dict[int, str]:
+    """The micro-batches the audit could not read again, each with the reason (its input was
+    gone: Kafka's retention). Their late records, if any, are not in the output.
+
+    :param late_dir: the late-record output directory.
+    """
+    done = Path(late_dir) / AUDITED_DIR
+    if not done.is_dir():
+        return {}
+    out = {}
+    for marker in done.iterdir():
+        if marker.name.isdigit() and marker.stat().st_size:
+            out[int(marker.name)] = marker.read_text(encoding="utf-8")
+    return dict(sorted(out.items()))
+
+
+def _write_batch(sink: ParquetSink, source: EventSource, batch_id: int, rows: list,
+                 checkpoint: Path, threshold_ms: int, allowed_lateness_ms: int) -> None:
+    metadata, _ = batch_offsets(checkpoint, batch_id)
     detected = ms_to_datetime(metadata["batchTimestampMs"])
     on_time = threshold_ms + allowed_lateness_ms
     watermark = ms_to_datetime(on_time)
@@ -223,21 +202,22 @@ def _write_batch(out: Path, batch_id: int, rows: list, checkpoint: Path, thresho
               f"{ms_to_iso(on_time)}, minus the allowed lateness ({allowed_lateness_ms} ms)")
     table = pa.Table.from_pylist([
         {"raw_record": r.raw_record, "reason": reason, "watermark": watermark,
-         "allowed_lateness_ms": allowed_lateness_ms, "source_file": r.source_file,
-         "batch_id": batch_id, "detected_at": detected} for r in rows], schema=LATE_SCHEMA)
-    partition = f"{DETECTED_DATE[0]}={detected.date().isoformat()}"
-    target = out / partition / f"batch-{batch_id:08d}.parquet"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, target)
+         "allowed_lateness_ms": allowed_lateness_ms,
+         **{name: r[name] for name in source.origin_columns},
+         "batch_id": batch_id, "detected_at": detected} for r in rows],
+        schema=late_schema(source))
+    sink.write_micro_batch(batch_id, table, detected)
 
 
 def read_late_records(late_dir: str) -> pa.Table:
-    """Every late record written so far (the files of audited micro-batches)."""
+    """Every late record written so far (the files of audited micro-batches), with the origin
+    columns of the source they came from; an empty table in ``LATE_SCHEMA`` when there is none.
+
+    :param late_dir: the late-record output directory.
+    """
     files = sorted(Path(late_dir).glob(f"{DETECTED_DATE[0]}=*/batch-*.parquet"))
     if not files:
         return LATE_SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(f, schema=LATE_SCHEMA) for f in files)
+    return pa.concat_tables(pq.read_table(f) for f in files)
 
 

@@ -6,13 +6,16 @@ wording of ``attribution.events`` (``missing user_id``, ``unknown event_type 'cl
 ``visit without url``, ``url too long (N chars > 8192)``, ``value must be a finite number, got
 nan``...), so a record rejected by the Spark job and by the pure-Python oracle reads the same.
 
-JSON lines are read as *text*, so a line that is not JSON at all still reaches the dead letter
-verbatim, and parsed with ``try_parse_json`` into a VARIANT. The variant keeps the JSON type of
-every field, which lets the rules reject wrong types the way ``attribution.events`` does (Spark's
-JSON reader would silently turn ``"url": 5`` into the string ``"5"`` and ``"ts": 5`` into five
-*seconds*). Parquet input is already typed by its writer: its rows get the same semantic rules;
-a file whose column types contradict the event schema cannot be read at all (see the README's
-Guarantees section).
+Raw records come from an input source (``attribution.spark.sources``), which says whether they
+are text or typed, what names their origin, and what their arrival time is. JSON records (the
+lines of a file, the values of Kafka records) are *text*, so one that is not JSON at all still
+reaches the dead letter verbatim, and parsed with ``try_parse_json`` into a VARIANT. The variant
+keeps the JSON type of every field, which lets the rules reject wrong types the way
+``attribution.events`` does (Spark's JSON reader would silently turn ``"url": 5`` into the string
+``"5"`` and ``"ts": 5`` into five *seconds*). Typed input (Parquet, Avro) is already typed by its
+writer: its rows get the same semantic rules; a Parquet file whose column types contradict the
+event schema cannot be read at all (``unreadable_input`` explains it to the user, see
+``docs/guarantees.md``).
 
 Everything here must run *before* ``withWatermark``: only valid rows may move the watermark. In
 particular an event far in the future (``--max-future-skew``) would otherwise drag the watermark
@@ -20,22 +23,22 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
-import functools
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import MAX_STRING_LENGTH, parse_duration_ms
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
-from .layout import DETECTED_DATE, by_date
-from .pipeline import apply_trigger
-from .readers import FILE_GLOBS, FORMATS, event_struct, read_event_batch, read_event_stream
+from .layout import DETECTED_DATE
+from .sinks import ParquetSink
+from .sources import ARRIVAL_COLUMN, EventSource, as_source, file_source
 from .types import spark_struct
 
-# How far past its file's modification time an event may claim to be. Clocks of real clients
-# drift by minutes, and time zones mistaken for UTC shift by hours; a day covers both.
+# How far past its arrival time (a file's modification time, a Kafka timestamp) an event may
+# claim to be. Clocks of real clients drift by minutes, and time zones mistaken for UTC shift by
+# hours; a day covers both.
 DEFAULT_MAX_FUTURE_SKEW = "1 day"
 
 VALIDATION_METRICS = "validation"  # observed-metrics name: per micro-batch count of invalid rows
@@ -68,64 +71,41 @@ def max_future_skew_ms(text: str) -> int:
     return parse_duration_ms(text)
 
 
-# -- reading raw records ---------------------------------------------------------------------
-
-def _raw_json(lines: DataFrame) -> DataFrame:
-    # Blank lines are not records (the JSON-lines reader skips them too).
-    return (lines.select(F.col("value").alias("raw_record"),
-                         F.col("_metadata.file_path").alias("source_file"),
-                         F.col("_metadata.file_modification_time").alias("source_modified"))
-                 .filter(F.trim("raw_record") != F.lit("")))
-
-
-def _raw_parquet(events: DataFrame) -> DataFrame:
-    return events.select(*EVENT_FIELDS, F.col("_metadata.file_path").alias("source_file"),
-                         F.col("_metadata.file_modification_time").alias("source_modified"),
-                         F.lit(None).cast("string").alias("read_error"))
-
+# -- reading raw records: the sources do (``attribution.spark.sources``) -----------------------
+#
+# These three keep the directory-and-format calls of the jobs; new code builds a source once
+# (``sources.file_source``, ``sources.KafkaSource``) and calls its methods.
 
 def read_raw_stream(spark, events_dir: str, fmt: str,
                     max_files_per_trigger: Optional[int] = None) -> DataFrame:
-    """The input directory as a stream of raw records: JSON lines as text, Parquet and Avro as
-    typed rows.
+    """``fmt`` files of ``events_dir`` as a stream of raw records (``EventSource.read_stream``).
 
-    Each row carries ``source_file``; typed rows also ``read_error``, the reason when a part of a
-    file could not be decoded (Avro). Pass the result to ``classify``.
+    :param spark: the session.
+    :param events_dir: the input directory.
+    :param fmt: a key of ``formats.EVENT_FORMATS``.
+    :param max_files_per_trigger: at most this many new files per micro-batch (None: all).
     """
-    if fmt == "json":
-        reader = spark.readStream.format("text").option("pathGlobFilter", FILE_GLOBS["json"])
-        if max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
-        return _raw_json(reader.load(events_dir))
-    if fmt == "parquet":
-        return _raw_parquet(read_event_stream(spark, events_dir, fmt, max_files_per_trigger))
-    if fmt == "avro":
-        return read_event_stream(spark, events_dir, fmt, max_files_per_trigger)
-    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return file_source(fmt, events_dir, max_files_per_trigger).read_stream(spark)
 
 
 def read_raw_files(spark, files: list, fmt: str) -> DataFrame:
-    """Raw records of the given input files, as ``read_raw_batch`` reads a directory."""
-    if fmt == "json":
-        return _raw_json(spark.read.format("text").load(list(files)))
-    if fmt == "parquet":
-        return _raw_parquet(spark.read.schema(event_struct()).parquet(*files))
-    if fmt == "avro":
-        frames = [read_event_batch(spark, f, fmt) for f in files]
-        return functools.reduce(DataFrame.unionByName, frames)
-    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    """Raw records of the given ``fmt`` files (``EventSource.read_committed``).
+
+    :param spark: the session.
+    :param files: local paths or URIs of input files.
+    :param fmt: a key of ``formats.EVENT_FORMATS``.
+    """
+    return file_source(fmt).read_committed(spark, list(files))
 
 
 def read_raw_batch(spark, events_dir: str, fmt: str) -> DataFrame:
-    """The same raw records read once, as a batch DataFrame."""
-    if fmt == "json":
-        return _raw_json(spark.read.format("text").option("pathGlobFilter", FILE_GLOBS["json"])
-                         .load(events_dir))
-    if fmt == "parquet":
-        return _raw_parquet(read_event_batch(spark, events_dir, fmt))
-    if fmt == "avro":
-        return read_event_batch(spark, events_dir, fmt)
-    raise ValueError(f"unsupported input format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    """``fmt`` files of ``events_dir`` read once as raw records (``EventSource.read_batch``).
+
+    :param spark: the session.
+    :param events_dir: the input directory.
+    :param fmt: a key of ``formats.EVENT_FORMATS``.
+    """
+    return file_source(fmt, events_dir).read_batch(spark)
 
 
 # -- the field view: a kind and a typed value per field ----------------------------------------
@@ -166,15 +146,15 @@ def _parse_ts(text: Column) -> Column:
     return F.coalesce(*(F.try_to_timestamp(text, F.lit(p)) for p in _TS_PATTERNS))
 
 
-def _json_view(raw: DataFrame) -> DataFrame:
+def _json_view(raw: DataFrame, passed: list[str]) -> DataFrame:
     # Built in stages, each a projection over the previous one's columns. The rules test every
     # kind many times inside CASE WHEN branches, where Spark does not share common
     # subexpressions: computed inline, each test would re-extract the field from the variant.
     # Spark keeps a projection separate when inlining it would repeat an expensive expression.
     parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
     v = F.col("_v")
-    columns = [F.col("raw_record"), F.col("source_file"), F.col("source_modified"),
-               _record_kind(v).alias("k_record"), F.lit(None).cast("string").alias("read_error")]
+    columns = [F.col("raw_record"), *passed, _record_kind(v).alias("k_record"),
+               F.lit(None).cast("string").alias("read_error")]
     for name in EVENT_FIELDS:
         columns.append(F.schema_of_variant(F.try_variant_get(v, f"$.{name}", "variant"))
                        .alias(f"t_{name}"))
@@ -208,12 +188,11 @@ def _json_view(raw: DataFrame) -> DataFrame:
          .alias("ts_without_offset"))
 
 
-def _parquet_view(raw: DataFrame) -> DataFrame:
+def _typed_view(raw: DataFrame, passed: list[str]) -> DataFrame:
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int", "double": "float",
              "timestamp": "timestamp"}
     # raw_record is left to ``classify``, which renders it for the invalid rows only.
-    columns = [F.col("source_file"), F.col("source_modified"), F.lit("dict").alias("k_record"),
-               F.col("read_error")]
+    columns = [*passed, F.lit("dict").alias("k_record"), F.col("read_error")]
     for name, (kind, _nullable) in field_kinds(EVENT_SCHEMA).items():
         columns.append(F.when(F.col(name).isNotNull(), F.lit(kinds[kind])).alias(f"k_{name}"))
     columns += [F.col(n) for n in EVENT_FIELDS]
@@ -330,16 +309,19 @@ def _rules(skew_rule: tuple[Column, Column]) -> list[tuple[Column, Column]]:
     return rules
 
 
-def _skew_rule(max_future_skew_ms: int, skew_text: str) -> tuple[Column, Column]:
-    """The one rule of our own: ``ts`` may not be more than the skew ahead of the time its file
-    was written (its modification time), a reference every query and every rerun that reads the
-    file sees alike, so each record lands in exactly one of the output and the dead letter."""
+def _skew_rule(max_future_skew_ms: int, skew_text: str,
+               arrival: str) -> tuple[Column, Column]:
+    """The one rule of our own: ``ts`` may not be more than the skew ahead of the record's
+    arrival time (``ARRIVAL_COLUMN``: the time its file was written, its Kafka timestamp), a
+    reference every query and every rerun that reads the record sees alike, so each record
+    lands in exactly one of the output and the dead letter. ``arrival`` names it in the
+    reason (``EventSource.arrival``)."""
     # In epoch microseconds: a calendar-aware ``timestamp_add`` per row cost more than this test.
-    written = F.col("source_modified")
+    written = F.col(ARRIVAL_COLUMN)
     too_far = F.unix_micros("ts") > F.unix_micros(written) + F.lit(max_future_skew_ms * 1000)
     return (too_far,
             F.concat(F.lit("ts "), _iso(F.col("ts")),
-                     F.lit(f" is more than {skew_text} ahead of its file's modification time "),
+                     F.lit(f" is more than {skew_text} ahead of {arrival} "),
                      _iso(written), F.lit(" (--max-future-skew)")))
 
 
@@ -383,19 +365,22 @@ def _event_columns() -> list[Column]:
     return [keep[name].cast(schema[name]).alias(name) for name in EVENT_FIELDS]
 
 
-def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
+def classify(raw: DataFrame, source: Union[EventSource, str], max_future_skew_ms: int,
              skew_text: Optional[str] = None) -> DataFrame:
     """Every raw record with ``valid``, its ``reason`` (null when valid), the event columns, the
-    raw text (for typed input, the row as JSON, on invalid rows only) and the source file.
+    raw text (for typed input, the row as JSON, on invalid rows only) and the record's origin
+    (``source.origin_columns``: its file; its topic, partition and offset).
 
-    :param raw: from ``read_raw_stream`` or ``read_raw_batch``.
-    :param fmt: the input format (``json`` is parsed from text; the others are typed rows).
-    :param max_future_skew_ms: how far ``ts`` may be ahead of its file's modification time.
+    :param raw: raw records of ``source`` (``read_stream``, ``read_batch``, ``read_committed``).
+    :param source: the source that read them, or a format name for that format's files
+        (``sources.as_source``): whether records are text to parse (JSON) or typed rows, what
+        names their origin, and what their arrival time is.
+    :param max_future_skew_ms: how far ``ts`` may be ahead of the record's arrival time.
     :param skew_text: the skew as the user wrote it, for the reason text.
 
     The number of invalid records is attached as observed metrics (``VALIDATION_METRICS``), per
-    micro-batch in a stream. Every rule depends on the record and its file only, so the main
-    query, the dead-letter query and any rerun judge every record alike.
+    micro-batch in a stream. Every rule depends on the record, its origin and its arrival time
+    only, so the main query, the dead-letter query and any rerun judge every record alike.
 
     Select on ``valid``, not on ``reason`` (``valid_events`` and ``dead_letters`` do): the
     reason, one CASE over every rule, makes a method too large for the JVM's JIT (HotSpot
@@ -403,50 +388,65 @@ def classify(raw: DataFrame, fmt: str, max_future_skew_ms: int,
     cost more than the attribution. ``valid`` has no strings to build and stays compiled; the
     reason is evaluated only where ``valid`` is false.
     """
-    view = _json_view(raw) if fmt == "json" else _parquet_view(raw)
-    rules = _rules(_skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms"))
+    source = as_source(source)
+    origin = list(source.origin_columns)
+    passed = [*origin, ARRIVAL_COLUMN]
+    view = _json_view(raw, passed) if source.format.text else _typed_view(raw, passed)
+    rules = _rules(_skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
+                              source.arrival))
     view = (view.withColumn("valid", _none_broken([c for c, _ in rules]))
                 .observe(VALIDATION_METRICS, F.count(F.when(~F.col("valid"), 1)).alias("invalid"))
                 .withColumn("reason", F.when(~F.col("valid"), _first_reason(rules))))
-    if fmt != "json":
+    if not source.format.text:
         # A typed row has no text of its own; it is rendered as JSON only for the dead letter
         # (on every valid row this cost more than all the rules).
         view = view.withColumn("raw_record", F.when(~F.col("valid") & F.col("read_error").isNull(),
                                                     F.to_json(F.struct(*EVENT_FIELDS))))
-    return view.select("raw_record", "source_file", "valid", "reason", *_event_columns())
+    return view.select("raw_record", *origin, "valid", "reason", *_event_columns())
 
 
 def valid_events(classified: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     """The valid rows of ``classify`` in the event schema, ready for ``withWatermark``.
 
-    :param keep: more columns of ``classify`` to keep, e.g. ``["source_file"]``.
+    :param classified: from ``classify``.
+    :param keep: more columns of ``classify`` to keep, e.g. the origin ``["source_file"]``.
     """
     return classified.filter(F.col("valid")).select(*EVENT_FIELDS, *keep)
 
 
 def dead_letters(classified: DataFrame) -> DataFrame:
-    """The invalid rows in the dead-letter schema: raw record, reason, source file, and when
-    (the micro-batch's processing time) they were rejected."""
+    """The invalid rows in the dead-letter schema: raw record, reason, origin (the source's
+    columns: ``source_file`` for files), and when (the micro-batch's processing time) they were
+    rejected.
+
+    :param classified: from ``classify``.
+    """
+    origin = [c for c in classified.columns
+              if c not in ("raw_record", "valid", "reason", *EVENT_FIELDS)]
     # The fallback reason is for a rule whose own text came out null; none is known to.
     return (classified.filter(~F.col("valid"))
                       .select("raw_record", F.coalesce("reason", F.lit("invalid record"))
-                              .alias("reason"), "source_file",
+                              .alias("reason"), *origin,
                               F.current_timestamp().alias("detected_at")))
 
 
 def start_dead_letter_stream(classified: DataFrame, path: str, checkpoint: str, trigger: str,
                              query_name: str = "dead_letter", by_detected_date: bool = False):
-    """Write ``dead_letters(classified)`` with Spark's file sink as a second streaming query.
+    """Write ``dead_letters(classified)`` to Parquet files (``sinks.ParquetSink``) as a second
+    streaming query.
 
     It reads the input itself, under its own checkpoint, so it is exactly-once like the main
-    output; it may run ahead of or behind the main query by a few micro-batches. With
-    ``by_detected_date`` the files go under ``detected_date=YYYY-MM-DD`` (``layout``).
+    output; it may run ahead of or behind the main query by a few micro-batches.
+
+    :param classified: the input's records through ``classify``.
+    :param path: the dead-letter directory.
+    :param checkpoint: the dead-letter query's own checkpoint.
+    :param trigger: as the main query's (``pipeline.apply_trigger``).
+    :param query_name: the query's name.
+    :param by_detected_date: lay the files out under ``detected_date=YYYY-MM-DD`` (``layout``).
     """
-    rows, columns = by_date(dead_letters(classified), DETECTED_DATE, by_detected_date)
-    writer = (rows.writeStream.format("parquet").outputMode("append").partitionBy(*columns)
-              .option("path", path).option("checkpointLocation", checkpoint)
-              .queryName(query_name))
-    return apply_trigger(writer, trigger).start()
+    sink = ParquetSink(path, DETECTED_DATE if by_detected_date else None)
+    return sink.start_stream(dead_letters(classified), checkpoint, trigger, query_name)
 
 
 # -- input that cannot be read at all -----------------------------------------------------------

@@ -1,0 +1,211 @@
+"""Event files in a directory as an ``EventSource``: JSON lines and Parquet through Spark's file
+sources, Avro through the project's ``avro_source``; one small class per format.
+
+A record's origin is its file (``source_file``, the file's URI) and its arrival time the file's
+modification time: a reference every query and every rerun that reads the file sees alike.
+A committed micro-batch's files are in the query's checkpoint: Spark's file source logs them
+under ``sources/0`` (the offset is a log position), the Avro source in the offset itself.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from abc import abstractmethod
+from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ...schema import EVENT_FIELDS, EVENT_SCHEMA
+from .. import avro_source
+from ..formats import event_format, format_mismatch
+from ..types import spark_struct
+from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
+from .offset_log import batch_files, log_lines, source_range
+
+SOURCE_FILE = "source_file"
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _local(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def _file_source_entries(checkpoint: Path, log_offset: int) -> list[str]:
+    """The files of Spark's file source log entry ``log_offset``, also inside a compact file."""
+    log = batch_files(checkpoint / "sources" / "0")
+    candidates = [b for b in log if b >= log_offset and (b == log_offset
+                                                         or log[b].name.endswith(".compact"))]
+    if not candidates:
+        raise ValueError(f"{checkpoint}: the file source's log has no entry {log_offset}")
+    entries = (json.loads(line) for line in log_lines(log[min(candidates)]) if line)
+    return [e["path"] for e in entries if e.get("batchId") == log_offset]
+
+
+class FileSource(EventSource):
+    """Event files of one format in a directory, read in arrival (modification time) order.
+
+    :param directory: the input directory (``None`` for a source that only re-reads committed
+        micro-batches, whose files the checkpoint names).
+    :param max_files_per_trigger: at most this many new files per micro-batch of a limited
+        stream (``None``: all).
+    """
+
+    format_name: str = ""  # the subclass's key in ``EVENT_FORMATS``
+    origin_fields = ({"name": SOURCE_FILE, "type": ["null", "string"]},)
+    arrival = "its file's modification time"
+
+    def __init__(self, directory: Optional[str] = None,
+                 max_files_per_trigger: Optional[int] = None):
+        super().__init__(event_format(self.format_name))
+        self.directory = directory
+        self.max_files_per_trigger = max_files_per_trigger
+
+    # -- the format's hooks -----------------------------------------------------------------
+
+    @abstractmethod
+    def _reader(self, spark, reader):
+        """``reader`` (``spark.read`` or ``spark.readStream`` of ``spark``) set up for this
+        format."""
+
+    @abstractmethod
+    def _raw(self, frame: DataFrame) -> DataFrame:
+        """The reader's rows as raw records (see ``EventSource``)."""
+
+    # -- EventSource ------------------------------------------------------------------------
+
+    def check(self) -> Optional[str]:
+        if self.directory is None or "://" in self.directory:
+            return None
+        if not os.path.isdir(self.directory):
+            return f"--events {self.directory} is not a directory"
+        return format_mismatch(self.directory, self.format.name)
+
+    def _location(self) -> str:
+        if self.directory is None:
+            raise ValueError(f"{type(self).__name__} has no input directory to read")
+        return self.directory
+
+    def read_stream(self, spark, limited: bool = True) -> DataFrame:
+        reader = self._reader(spark, spark.readStream)
+        if limited and self.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", int(self.max_files_per_trigger))
+        return self._raw(reader.load(self._location()))
+
+    def read_batch(self, spark) -> DataFrame:
+        return self._raw(self._reader(spark, spark.read).load(self._location()))
+
+    def committed_input(self, checkpoint: Path, batch_id: int) -> Optional[list[str]]:
+        """The local paths (or remote URIs) of the files micro-batch ``batch_id`` read."""
+        start, end = source_range(checkpoint, batch_id)
+        if end is None or end == start:
+            return None
+        if "logOffset" in end:  # Spark's file source
+            files = _file_source_entries(checkpoint, end["logOffset"])
+        else:  # the project's Avro source
+            files = list(end.get("files", []))
+        return [_local(f) for f in files] or None
+
+    def read_committed(self, spark, part: list[str]) -> DataFrame:
+        return self._raw(self._reader(spark, spark.read).load(list(part)))
+
+    def describe(self) -> str:
+        return f"{self.format.label} files in {self.directory}"
+
+
+def _with_file_origin(frame: DataFrame, *columns) -> DataFrame:
+    """``columns`` of a Spark file source's rows, with the file as origin and its modification
+    time as arrival."""
+    return frame.select(*columns, F.col("_metadata.file_path").alias(SOURCE_FILE),
+                        F.col("_metadata.file_modification_time").alias(ARRIVAL_COLUMN))
+
+
+class JsonFiles(FileSource):
+    """JSON lines, read as text: a line that is not JSON still reaches the dead letter."""
+
+    format_name = "json"
+
+    def _reader(self, spark, reader):
+        return reader.format("text").option("pathGlobFilter", self.format.glob)
+
+    def _raw(self, frame: DataFrame) -> DataFrame:
+        # Blank lines are not records (the JSON-lines reader skips them too).
+        return (_with_file_origin(frame, F.col("value").alias(RAW_RECORD_COLUMN))
+                .filter(F.trim(RAW_RECORD_COLUMN) != F.lit("")))
+
+
+class ParquetFiles(FileSource):
+    """Parquet files in the event schema; a file whose column types contradict it cannot be read
+    at all (``validation.unreadable_input`` explains it)."""
+
+    format_name = "parquet"
+
+    def _reader(self, spark, reader):
+        return (reader.schema(spark_struct(EVENT_SCHEMA)).format("parquet")
+                .option("pathGlobFilter", self.format.glob))
+
+    def _raw(self, frame: DataFrame) -> DataFrame:
+        return _with_file_origin(frame, *EVENT_FIELDS,
+                                 F.lit(None).cast("string").alias(READ_ERROR_COLUMN))
+
+    def earliest_ts_ms(self, part: list[str]) -> Optional[float]:
+        """From the ``ts`` column alone (nulls, which validation rejects, ignored). ``None``
+        when a file is remote, its ``ts`` is not a timestamp, or pyarrow cannot read it."""
+        import pyarrow.compute as pc
+
+        earliest = float("inf")
+        for f in part:
+            if "://" in f:
+                return None
+            try:
+                ts = pq.read_table(f, columns=["ts"]).column("ts")
+            except (OSError, KeyError, pa.ArrowException):
+                return None
+            if not pa.types.is_timestamp(ts.type):
+                return None
+            least = pc.min(ts.cast(pa.int64())).as_py()
+            if least is not None:  # truncated to milliseconds, as Spark's unix_millis does
+                earliest = min(earliest, least * 1000 // _PER_SECOND[ts.type.unit])
+        return earliest
+
+
+class AvroFiles(FileSource):
+    """Avro object container files, through the project's Python data source (Spark's own Avro
+    connector is a separate jar); a corrupt block becomes one row with ``read_error``."""
+
+    format_name = "avro"
+
+    def _reader(self, spark, reader):
+        return reader.format(avro_source.register(spark))
+
+    def _raw(self, frame: DataFrame) -> DataFrame:
+        return frame.select(*EVENT_FIELDS, SOURCE_FILE,
+                            F.col("source_modified").alias(ARRIVAL_COLUMN), READ_ERROR_COLUMN)
+
+    def read_committed(self, spark, part: list[str]) -> DataFrame:
+        # The data source takes one path per load.
+        frames = [self._raw(self._reader(spark, spark.read).load(f)) for f in part]
+        return functools.reduce(DataFrame.unionByName, frames)
+
+
+# One entry per format of ``EVENT_FORMATS``; a test holds the two tables to the same keys.
+FILE_SOURCES = {cls.format_name: cls for cls in (JsonFiles, ParquetFiles, AvroFiles)}
+
+
+def file_source(fmt: str, directory: Optional[str] = None,
+                max_files_per_trigger: Optional[int] = None) -> FileSource:
+    """The source of ``fmt`` files in ``directory``.
+
+    :param fmt: a key of ``EVENT_FORMATS``; another is a ``ValueError`` naming the valid ones.
+    :param directory: the input directory (``None``: only committed micro-batches are re-read).
+    :param max_files_per_trigger: see ``FileSource``.
+    """
+    event_format(fmt)
+    return FILE_SOURCES[fmt](directory, max_files_per_trigger)
+
