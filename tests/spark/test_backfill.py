@@ -65,39 +65,158 @@ def in_window(row, first: str, last: str) -> bool:
     return first <= day <= last
 
 
-@pytest.mark.slow
-def test_a_backfill_of_one_month_replaces_its_partitions_only_with_the_full_runs_rows(
-        spark, tmp_path, months):
-    output = tmp_path / "out"
-    batch(spark, months, output, "--models", "all")
-    full = sorted(read_attribution_rows(output), key=sort_key)
-    before = snapshot(output)
-    assert {day[:7] for day in dates_of(before)} == {"2024-01", "2024-02", "2024-03", "2024-04"}
-    window_dirs = {f"{PARTITION_COLUMN}={day}" for day in dates_of(before)
-                   if WINDOW[0] <= day <= WINDOW[1]}
-    assert len(window_dirs) > 10
+def rows_by_date(output: Path) -> dict:
+    """The committed rows of an output, sorted, by goal date (ISO text)."""
+    by_date: dict = {}
+    for row in sorted(read_attribution_rows(output), key=sort_key):
+        day = dt.datetime.fromtimestamp(row.goal_ts / 1000, dt.timezone.utc).date().isoformat()
+        by_date.setdefault(day, []).append(row)
+    return by_date
 
-    report = batch(spark, months, output, "--models", "all",
-                   "--goals-from", WINDOW[0], "--goals-to", WINDOW[1])
-    after = snapshot(output)
 
-    # Every file outside the window's partitions is the same file, unchanged and untouched.
-    outside = {f: v for f, v in before.items() if partition_of(f) not in window_dirs}
-    assert {f: v for f, v in after.items() if partition_of(f) not in window_dirs} == outside
-    assert len(dates_of(outside)) == len(dates_of(before)) - len(window_dirs) > 40
+def check_exact_and_minimal(before: dict, after: dict, old_rows: dict, output: Path,
+                            corrected_full: Path) -> set[str]:
+    """Assert what a backfill promises: the output's rows are those of a full run over the
+    corrected input, and a date's files are rewritten exactly when its rows changed (the others
+    keep their bytes and modification times). Returns the rewritten dates."""
+    new_rows = rows_by_date(output)
+    assert new_rows == rows_by_date(corrected_full)
+    changed = {day for day in old_rows.keys() | new_rows.keys()
+               if old_rows.get(day) != new_rows.get(day)}
+    for day in old_rows.keys() | new_rows.keys():
+        directory = f"{PARTITION_COLUMN}={day}"
+        old = {f: v for f, v in before.items() if partition_of(f) == directory}
+        new = {f: v for f, v in after.items() if partition_of(f) == directory}
+        if day in changed:
+            assert not old.keys() & new.keys(), day  # rewritten (or removed)
+        else:
+            assert new == old, day
     assert (output / "_SUCCESS").is_file() and BACKFILL_MARKER not in after
-    # The window's partitions are new files, with the full run's rows for its goals.
-    rewritten = {f for f in after if partition_of(f) in window_dirs}
-    assert {partition_of(f) for f in rewritten} == window_dirs
-    assert not rewritten & {f for f in before if partition_of(f) in window_dirs}
-    rows = sorted(read_attribution_rows(output), key=sort_key)
-    assert rows == full
-    window_rows = [r for r in full if in_window(r, *WINDOW)]
-    assert {r.model for r in window_rows} == set(MODELS) and len(window_rows) > 50
-    assert report.goals == len({r.goal_event_id for r in window_rows})
-    assert report.extra["goal dates"] == f"{len(window_dirs)} replaced, 0 without goals removed"
+    return changed
+
+
+def _correct(events: Path, corrected: Path, first: str, last: str, every: int) -> None:
+    """A copy of a Parquet input without the goals of one user in ``every`` on the dates
+    ``first`` to ``last``: the correction a backfill of those dates takes in."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    corrected.mkdir()
+    for file in sorted(events.glob("*.parquet")):
+        table = pq.read_table(file)
+        day = pc.strftime(table["ts"], format="%Y-%m-%d")
+        user = pc.cast(pc.utf8_slice_codeunits(table["user_id"], -1), "string")
+        dropped = pc.and_(pc.and_(pc.greater_equal(day, first), pc.less_equal(day, last)),
+                          pc.and_(pc.fill_null(table["is_goal"], False),
+                                  pc.is_in(user, value_set=pa_strings(every))))
+        pq.write_table(table.filter(pc.invert(pc.fill_null(dropped, False))),
+                       corrected / file.name)
+
+
+def pa_strings(every: int):
+    """The last digits of the user ids whose goals ``_correct`` drops."""
+    import pyarrow as pa
+
+    return pa.array([str(d) for d in range(0, 10, every)])
+
+
+@pytest.mark.slow
+def test_a_backfill_of_a_corrected_month_gives_the_full_runs_rows_and_rewrites_only_changes(
+        spark, tmp_path, months):
+    output, corrected = tmp_path / "out", tmp_path / "corrected"
+    batch(spark, months, output, "--models", "all")
+    old_rows, before = rows_by_date(output), snapshot(output)
+    assert {day[:7] for day in old_rows} == {"2024-01", "2024-02", "2024-03", "2024-04"}
+    _correct(months, corrected, *WINDOW, every=3)
+    batch(spark, corrected, tmp_path / "full", "--models", "all")
+
+    report = batch(spark, corrected, output, "--models", "all",
+                   "--goals-from", WINDOW[0], "--goals-to", WINDOW[1])
+    changed = check_exact_and_minimal(before, snapshot(output), old_rows, output,
+                                      tmp_path / "full")
+    # The removed goals had consumed impressions that later goals now credit: dates after the
+    # window change too, and most dates keep their files.
+    after_window = {day for day in changed if day > WINDOW[1]}
+    assert after_window and len(changed) < len(old_rows) // 2
+    removed = {day for day in changed if day not in rows_by_date(output)}
+    assert report.extra["goal dates"] == (f"{len(changed) - len(removed)} replaced "
+                                          f"({len(after_window)} after the window), "
+                                          f"{len(removed)} without goals removed")
     assert report.extra["history read"] == "all events before the window's end"
     assert report.extra["dead letter"] == "not written by a backfill"
+    assert {r.model for day in changed for r in old_rows.get(day, [])} == set(MODELS)
+
+    # Backfilling again over the same input finds nothing to change.
+    before = snapshot(output)
+    report = batch(spark, corrected, output, "--models", "all",
+                   "--goals-from", WINDOW[0], "--goals-to", WINDOW[1])
+    assert report.extra["goal dates"] == ("none differs from a full run over --events: the "
+                                          "output is unchanged")
+    assert snapshot(output) == before
+
+
+# The case of docs/attribution-job.md: impression i (February 10) leads to goal g2 (March 5);
+# the corrected input adds goal g1 (February 20) on the same path, which takes i, so that g2 is
+# organic. Users v (goal on March 5 too), w (March 10), x (February 15) and y (January 20) are
+# not touched by the correction.
+def _path(user: str, tag: str, day: str, impression_id: int, goal_url: str) -> list[dict]:
+    """An ad click, its landing visit and a goal on ``day`` (UTC)."""
+    return [
+        {"event_id": f"{tag}-i", "user_id": user, "event_type": "impression",
+         "ts": f"{day}T10:00:00Z", "impression_id": impression_id, "source_url": "/s",
+         "target_url": "/land"},
+        {"event_id": f"{tag}-v", "user_id": user, "event_type": "visit",
+         "ts": f"{day}T10:00:05Z", "url": "/land", "referer": "/s", "is_goal": False},
+        {"event_id": f"{tag}-g", "user_id": user, "event_type": "visit",
+         "ts": f"{day}T10:01:00Z", "url": goal_url, "referer": "/land", "is_goal": True},
+    ]
+
+
+def _goal(user: str, event_id: str, ts: str, url: str) -> dict:
+    return {"event_id": event_id, "user_id": user, "event_type": "visit", "ts": ts, "url": url,
+            "referer": "/land", "is_goal": True}
+
+
+FEBRUARY = (_path("u", "u", "2024-02-10", 1, "/signup")[:2]
+            + [_goal("u", "g2", "2024-03-05T09:00:00Z", "/buy")]
+            + _path("v", "v", "2024-03-05", 2, "/buy") + _path("w", "w", "2024-03-10", 3, "/buy")
+            + _path("x", "x", "2024-02-15", 4, "/buy") + _path("y", "y", "2024-01-20", 5, "/buy"))
+FEBRUARY_CORRECTED = FEBRUARY + [_goal("u", "g1", "2024-02-20T09:00:00Z", "/signup")]
+
+
+def _write_events(directory: Path, records: list[dict]) -> Path:
+    directory.mkdir()
+    (directory / "part-00000.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory
+
+
+def test_the_february_case_credits_no_impression_twice(spark, tmp_path):
+    """A backfill of February that adds g1 rewrites February 20 (g1 takes i) and March 5 (g2 is
+    organic now; v's row there is the same), and no other date's files."""
+    options = ["--models", "last_touch,linear"]
+    output = tmp_path / "out"
+    batch(spark, _write_events(tmp_path / "events", FEBRUARY), output, *options, fmt="json")
+    old_rows, before = rows_by_date(output), snapshot(output)
+    g2 = [r for r in old_rows["2024-03-05"] if r.goal_event_id == "g2"]
+    assert {(r.model, r.impression_id) for r in g2} == {("last_touch", 1), ("linear", 1)}
+    corrected = _write_events(tmp_path / "corrected", FEBRUARY_CORRECTED)
+    batch(spark, corrected, tmp_path / "full", *options, fmt="json")
+
+    report = batch(spark, corrected, output, *options, "--goals-from", "2024-02-01",
+                   "--goals-to", "2024-02-29", fmt="json")
+    changed = check_exact_and_minimal(before, snapshot(output), old_rows, output,
+                                      tmp_path / "full")
+    assert changed == {"2024-02-20", "2024-03-05"}
+    assert report.extra["goal dates"] == ("2 replaced (1 after the window), 0 without goals "
+                                          "removed")
+    rows = read_attribution_rows(output)
+    credited = [(r.model, r.user_id, r.impression_id) for r in rows
+                if r.impression_id is not None]
+    assert len(credited) == len(set(credited)) == 10  # i once per model, and v, w, x, y's
+    assert {(r.goal_event_id, r.model): r.impression_id for r in rows if r.user_id == "u"} == {
+        ("g1", "last_touch"): 1, ("g1", "linear"): 1, ("g2", "last_touch"): None,
+        ("g2", "linear"): None}
+    assert report.goals == 3  # the goals of the dates written: g1, and g2 and v's on March 5
 
 
 def _event(kind: str, event_id: str, ts: str, **fields) -> dict:
@@ -177,14 +296,17 @@ def test_a_date_that_lost_its_goals_is_removed_and_an_empty_window_changes_nothi
     dead_letter = snapshot(tmp_path / "out-dead")
     dates = lambda: sorted(p.name for p in output.glob(f"{PARTITION_COLUMN}=*"))  # noqa: E731
     assert dates() == [f"{PARTITION_COLUMN}={d}" for d in days.values()]
-    kept = snapshot(output / f"{PARTITION_COLUMN}=2024-01-12")
+    kept = {day: snapshot(output / f"{PARTITION_COLUMN}={day}")
+            for day in ("2024-01-10", "2024-01-12")}
 
-    # u2's goal is gone from the input: its date is removed, u1's date rewritten, u3's kept.
+    # u2's goal is gone from the input: its date is removed; u1's rows in the window are the
+    # same, so its date keeps its files, as u3's after the window does.
     report = batch(spark, _write(events, {"u1": "2024-01-10", "u3": "2024-01-12"}), output,
                    "--goals-from", "2024-01-10", "--goals-to", "2024-01-11", fmt="json")
-    assert report.extra["goal dates"] == "1 replaced, 1 without goals removed"
+    assert report.extra["goal dates"] == ("0 replaced (0 after the window), 1 without goals "
+                                          "removed")
     assert dates() == [f"{PARTITION_COLUMN}=2024-01-10", f"{PARTITION_COLUMN}=2024-01-12"]
-    assert snapshot(output / f"{PARTITION_COLUMN}=2024-01-12") == kept
+    assert {day: snapshot(output / f"{PARTITION_COLUMN}={day}") for day in kept} == kept
     frame = read_attributions(output)
     assert sorted(frame["goal_event_id"]) == ["u1-g", "u3-g"]
     assert sorted(map(str, frame[PARTITION_COLUMN])) == ["2024-01-10", "2024-01-12"]
@@ -194,7 +316,7 @@ def test_a_date_that_lost_its_goals_is_removed_and_an_empty_window_changes_nothi
     report = batch(spark, _write(events, {"u1": "2024-01-10"}), output,
                    "--goals-from", "2024-01-12", "--goals-to", "2024-01-20", fmt="json")
     assert report.goals == 0
-    assert report.extra["goal dates"] == ("no goal of the window in --events: the output is "
+    assert report.extra["goal dates"] == ("no event of the window in --events: the output is "
                                           "unchanged")
     assert snapshot(output) == before
     assert snapshot(tmp_path / "out-dead") == dead_letter  # a backfill writes no dead letter
