@@ -205,11 +205,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "forward and make every later event late; every run and both "
                              "outputs judge a record alike (default: %(default)s)")
     parser.add_argument("--goals-from", default=None, metavar="DATE",
-                        help="batch mode: backfill the goals dated DATE (UTC, YYYY-MM-DD) to "
-                             "--goals-to, both inclusive: only their goal_date partitions of "
-                             "--output are replaced (Spark's dynamic partition overwrite), the "
-                             "others keep their files; the rows equal a full batch run's. The "
-                             "dead letter is left as it is")
+                        help="batch mode: backfill a correction of the input dated DATE (UTC, "
+                             "YYYY-MM-DD) to --goals-to, both inclusive: --output becomes a full "
+                             "batch run's, later goals included, and only the goal_date "
+                             "partitions whose rows change are replaced (Spark's dynamic "
+                             "partition overwrite), the others keep their files. The dead "
+                             "letter is left as it is")
     parser.add_argument("--goals-to", default=None, metavar="DATE",
                         help="batch mode: the last goal date of the backfill window (inclusive)")
     parser.add_argument("--backfill-history", default=None, metavar="DURATION",
@@ -217,8 +218,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(at least --lookback), instead of all history. Goals before the "
                              "window are then attributed without the impressions before that "
                              "history, and may consume other impressions than in a full run; "
-                             "first_touch rows of the window can then differ from a full run's "
-                             "(the other models' cannot). Default: all history, exact")
+                             "first_touch rows from the window on can then differ from a full "
+                             "run's (the other models' cannot). Default: all history, exact")
     parser.add_argument("--report-json", default=None, metavar="FILE",
                         help="also write the final report as JSON to FILE")
     parser.add_argument("--quiet", action="store_true",

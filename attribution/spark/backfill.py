@@ -134,7 +134,7 @@ class GoalWindow:
         """
         since = self.read_from_ms(dedup_window_ms)
         if since is None:
-            return "all events before the window's end"
+            return "all events"
         return f"{format_duration_ms(self.history_ms)} (events from {ms_to_iso(since)})"
 
     def holds(self, day: dt.date) -> bool:
@@ -290,7 +290,8 @@ def check_target(output: str, window: GoalWindow) -> None:
 
 
 class _FileSystem:
-    """The few Hadoop file system calls the markers need, for local and remote outputs alike."""
+    """The few Hadoop file system calls the markers and the partition listing need, for local
+    and remote outputs alike."""
 
     def __init__(self, spark, output: str):
         self.jvm = spark._jvm
@@ -408,16 +409,20 @@ def plan(spark, events: DataFrame, output: str, window: GoalWindow,
     fs = _FileSystem(spark, output)
     ts = F.unix_millis("ts")
     in_window = (ts >= F.lit(window.start_ms)) & (ts < F.lit(window.end_ms))
-    if not events.filter(in_window).limit(1).count():
+    # A full scan, not a limit: it also completes any observation the caller put on the input
+    # (a limit would stop it part way, and a checkpoint below reports to no observation).
+    window_events = events.agg(F.count(F.when(in_window & F.col("user_id").isNotNull(), 1)))
+    if not window_events.first()[0]:
         nothing = spark.createDataFrame([], spark_struct(OUTPUT_SCHEMA))
         return Plan((), nothing.withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)), False)
     existing = _existing_rows(spark, fs, window)
-    users = affected_users(events, existing, window, config.dedup_window_ms)
+    # Each computed once (checkpoints): the users, to attribute and to compare; their rows, to
+    # compare here and to write in ``rows``. The checkpoints also cut the lineage from the
+    # output's files, which the write then replaces.
+    users = affected_users(events, existing, window, config.dedup_window_ms).localCheckpoint()
     fresh = attribution_batch(events.join(users, "user_id", "left_semi"), config=config)
-    fresh = fresh.filter(F.unix_millis(PARTITION_SOURCE) >= F.lit(window.start_ms))
-    # Computed once: compared here, written by ``rows``. Checkpointing also cuts the lineage
-    # from the output's files, which the write then replaces.
-    fresh = fresh.withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)).localCheckpoint()
+    fresh = (fresh.filter(F.unix_millis(PARTITION_SOURCE) >= F.lit(window.start_ms))
+             .withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)).localCheckpoint())
     side = fresh.withColumn("_side", F.lit(1))
     if existing is not None:
         before = (existing.join(users, "user_id", "left_semi")

@@ -1,6 +1,7 @@
-"""Backfills in batch mode: ``--goals-from``/``--goals-to`` replace the ``goal_date`` partitions of
-a window with the rows a full batch run gives for its goals, and leave every other partition's
-files as they were, byte for byte and untouched.
+"""Backfills in batch mode: after ``--goals-from``/``--goals-to`` over input corrected on those
+dates, the output holds a full batch run's rows over the corrected input, goals after the window
+included, and only the ``goal_date`` partitions whose rows changed were rewritten: every other
+partition's files are as they were, byte for byte and untouched.
 """
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from attribution.spark.output import BACKFILL_MARKER, read_attribution_rows, rea
 from jobs.attribution_job import parse_args, run
 
 WINDOW = ("2024-02-01", "2024-02-29")
+# The generated months' goals mostly credit an impression of their own day; one, in February,
+# credits a January impression: a correction of January then reaches past its window.
+JANUARY = ("2024-01-01", "2024-01-31")
 # The batch output's commit marker (and its checksum): a backfill removes and writes it again.
 MARKERS = {"_SUCCESS", "._SUCCESS.crc"}
 
 
 @pytest.fixture(scope="module")
 def months(tmp_path_factory):
-    """Four months of generated events (January to April 2024) and a full batch run over them
-    with every model."""
+    """Four months of generated events (January to April 2024)."""
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
@@ -54,23 +57,11 @@ def partition_of(relative: str) -> str:
     return relative.split("/")[0]
 
 
-def dates_of(files) -> set[str]:
-    """The goal dates of the partitions the files lie in."""
-    prefix = f"{PARTITION_COLUMN}="
-    return {partition_of(f)[len(prefix):] for f in files if f.startswith(prefix)}
-
-
-def in_window(row, first: str, last: str) -> bool:
-    day = dt.datetime.fromtimestamp(row.goal_ts / 1000, dt.timezone.utc).date().isoformat()
-    return first <= day <= last
-
-
 def rows_by_date(output: Path) -> dict:
     """The committed rows of an output, sorted, by goal date (ISO text)."""
     by_date: dict = {}
     for row in sorted(read_attribution_rows(output), key=sort_key):
-        day = dt.datetime.fromtimestamp(row.goal_ts / 1000, dt.timezone.utc).date().isoformat()
-        by_date.setdefault(day, []).append(row)
+        by_date.setdefault(_day(row.goal_ts), []).append(row)
     return by_date
 
 
@@ -95,29 +86,45 @@ def check_exact_and_minimal(before: dict, after: dict, old_rows: dict, output: P
     return changed
 
 
-def _correct(events: Path, corrected: Path, first: str, last: str, every: int) -> None:
-    """A copy of a Parquet input without the goals of one user in ``every`` on the dates
-    ``first`` to ``last``: the correction a backfill of those dates takes in."""
+def _correct(events: Path, corrected: Path, old_rows: dict, window: tuple[str, str]) -> int:
+    """A correction of the ``window`` dates of a Parquet input: the goals of a third of the
+    users removed, and, for up to five goals after the window credited under ``last_touch``
+    with an impression before its end, a goal added in the window a second after that
+    impression (or after the window's start), on its path (its target and source as url and
+    referer), which can take the impression from the later goal. Returns how many were
+    added."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     corrected.mkdir()
+    schema = None
     for file in sorted(events.glob("*.parquet")):
         table = pq.read_table(file)
+        schema = table.schema
         day = pc.strftime(table["ts"], format="%Y-%m-%d")
-        user = pc.cast(pc.utf8_slice_codeunits(table["user_id"], -1), "string")
-        dropped = pc.and_(pc.and_(pc.greater_equal(day, first), pc.less_equal(day, last)),
+        last_digit = pc.utf8_slice_codeunits(table["user_id"], -1)
+        dropped = pc.and_(pc.and_(pc.greater_equal(day, window[0]),
+                                  pc.less_equal(day, window[1])),
                           pc.and_(pc.fill_null(table["is_goal"], False),
-                                  pc.is_in(user, value_set=pa_strings(every))))
+                                  pc.is_in(last_digit, value_set=pa.array(["0", "3", "6", "9"]))))
         pq.write_table(table.filter(pc.invert(pc.fill_null(dropped, False))),
                        corrected / file.name)
+    taken = [r for day, rows in sorted(old_rows.items()) if day > window[1]
+             for r in rows if r.model == "last_touch" and r.impression_ts is not None
+             and _day(r.impression_ts) <= window[1]][:5]
+    start_ms = int(dt.datetime.fromisoformat(window[0] + "T00:00:00+00:00").timestamp() * 1000)
+    added = [{"event_id": f"added-goal-{n}", "user_id": r.user_id, "event_type": "visit",
+              "ts": dt.datetime.fromtimestamp(max(r.impression_ts, start_ms) / 1000 + 1,
+                                              dt.timezone.utc),
+              "url": r.impression_target_url, "referer": r.impression_source_url,
+              "is_goal": True} for n, r in enumerate(taken)]
+    pq.write_table(pa.Table.from_pylist(added, schema=schema), corrected / "added.parquet")
+    return len(added)
 
 
-def pa_strings(every: int):
-    """The last digits of the user ids whose goals ``_correct`` drops."""
-    import pyarrow as pa
-
-    return pa.array([str(d) for d in range(0, 10, every)])
+def _day(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).date().isoformat()
 
 
 @pytest.mark.slow
@@ -127,29 +134,29 @@ def test_a_backfill_of_a_corrected_month_gives_the_full_runs_rows_and_rewrites_o
     batch(spark, months, output, "--models", "all")
     old_rows, before = rows_by_date(output), snapshot(output)
     assert {day[:7] for day in old_rows} == {"2024-01", "2024-02", "2024-03", "2024-04"}
-    _correct(months, corrected, *WINDOW, every=3)
+    assert _correct(months, corrected, old_rows, JANUARY) > 0
     batch(spark, corrected, tmp_path / "full", "--models", "all")
 
     report = batch(spark, corrected, output, "--models", "all",
-                   "--goals-from", WINDOW[0], "--goals-to", WINDOW[1])
+                   "--goals-from", JANUARY[0], "--goals-to", JANUARY[1])
     changed = check_exact_and_minimal(before, snapshot(output), old_rows, output,
                                       tmp_path / "full")
-    # The removed goals had consumed impressions that later goals now credit: dates after the
-    # window change too, and most dates keep their files.
-    after_window = {day for day in changed if day > WINDOW[1]}
+    # The added goals take impressions that later goals had: dates after the window change
+    # too, and most dates keep their files.
+    after_window = {day for day in changed if day > JANUARY[1]}
     assert after_window and len(changed) < len(old_rows) // 2
     removed = {day for day in changed if day not in rows_by_date(output)}
     assert report.extra["goal dates"] == (f"{len(changed) - len(removed)} replaced "
                                           f"({len(after_window)} after the window), "
                                           f"{len(removed)} without goals removed")
-    assert report.extra["history read"] == "all events before the window's end"
+    assert report.extra["history read"] == "all events"
     assert report.extra["dead letter"] == "not written by a backfill"
     assert {r.model for day in changed for r in old_rows.get(day, [])} == set(MODELS)
 
     # Backfilling again over the same input finds nothing to change.
     before = snapshot(output)
     report = batch(spark, corrected, output, "--models", "all",
-                   "--goals-from", WINDOW[0], "--goals-to", WINDOW[1])
+                   "--goals-from", JANUARY[0], "--goals-to", JANUARY[1])
     assert report.extra["goal dates"] == ("none differs from a full run over --events: the "
                                           "output is unchanged")
     assert snapshot(output) == before
