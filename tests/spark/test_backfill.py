@@ -328,3 +328,50 @@ def test_a_date_that_lost_its_goals_is_removed_and_an_empty_window_changes_nothi
     assert snapshot(output) == before
     assert snapshot(tmp_path / "out-dead") == dead_letter  # a backfill writes no dead letter
     assert sorted(read_attributions(output)["goal_event_id"]) == ["u1-g", "u3-g"]
+
+
+# User q's only February events, impression k and its landing visit, are removed by the
+# correction; q's March 7 goal had credited k. Only that row tells a backfill that q is touched.
+# Users x (February 15) and w (March 10) are not touched.
+REMOVED = (_path("q", "q", "2024-02-10", 7, "/signup")[:2]
+           + [_goal("q", "q2", "2024-03-07T09:00:00Z", "/buy")]
+           + _path("x", "x", "2024-02-15", 4, "/buy") + _path("w", "w", "2024-03-10", 3, "/buy"))
+REMOVED_CORRECTED = [e for e in REMOVED if e["user_id"] != "q" or e["event_id"] == "q2"]
+
+
+def test_a_removal_reaches_later_goals_and_a_stopped_backfill_is_completed_by_a_rerun(
+        spark, tmp_path):
+    """The correction removes every February event of q: q is found through its March row (its
+    credited impression lies in the window). Then a backfill stopped while replacing March 7
+    (its partition gone, ``_BACKFILL`` naming it): the rerun, though it no longer sees q's row,
+    rewrites the date ``_BACKFILL`` names, from the input."""
+    import shutil
+
+    from attribution.spark import backfill
+
+    output, stopped = tmp_path / "out", tmp_path / "stopped"
+    batch(spark, _write_events(tmp_path / "events", REMOVED), output, fmt="json")
+    shutil.copytree(output, stopped)
+    corrected = _write_events(tmp_path / "corrected", REMOVED_CORRECTED)
+    batch(spark, corrected, tmp_path / "full", fmt="json")
+    old_rows, window = rows_by_date(output), ("--goals-from", "2024-02-01",
+                                              "--goals-to", "2024-02-29")
+    assert [r.impression_id for r in old_rows["2024-03-07"]] == [7]
+
+    before = snapshot(output)
+    report = batch(spark, corrected, output, *window, fmt="json")
+    assert check_exact_and_minimal(before, snapshot(output), old_rows, output,
+                                   tmp_path / "full") == {"2024-03-07"}
+    assert report.extra["goal dates"] == ("1 replaced (1 after the window), 0 without goals "
+                                          "removed")
+
+    february = backfill.GoalWindow(dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+    backfill.begin(spark, str(stopped), february, [dt.date(2024, 3, 7)])
+    shutil.rmtree(stopped / f"{PARTITION_COLUMN}=2024-03-07")
+    kept = {f: v for f, v in snapshot(stopped).items() if BACKFILL_MARKER not in f}
+    report = batch(spark, corrected, stopped, *window, fmt="json")
+    assert rows_by_date(stopped) == rows_by_date(tmp_path / "full")
+    after = snapshot(stopped)
+    assert {f: v for f, v in after.items() if not f.startswith(f"{PARTITION_COLUMN}=2024-03-07")
+            } == kept
+    assert (stopped / "_SUCCESS").is_file() and not (stopped / BACKFILL_MARKER).exists()
