@@ -1,31 +1,63 @@
-"""Backfilling a window of goal dates in a batch output: which events to read, which rows to
-keep, which partitions to replace, and the markers that keep readers off a half-replaced output.
+"""Backfilling a window of goal dates in a batch output after its input was corrected: which
+users the correction can affect, which ``goal_date`` partitions then differ from a full run,
+their rows, and the markers that keep readers off a half-replaced output.
 
-A backfill attributes the goals of the UTC dates ``first`` to ``last`` (inclusive) and replaces
-only their ``goal_date`` partitions, with Spark's dynamic partition overwrite: every other
-partition keeps its files, byte for byte.
+A backfill of the UTC dates ``first`` to ``last`` (inclusive) assumes the input was corrected
+for events in that window only: every event outside it is the one the output was computed
+from. It leaves the output equal to a full batch run over the corrected input, goals after the
+window included, and rewrites only the partitions whose rows differ from that run's; every
+other partition keeps its files, byte for byte.
 
-**What is read.** A goal's rows depend on events at or before it only (every rule looks back in
-event time from the goal), but on all of them: goals are attributed in order and consume the
-impressions they credit (rule 7), so a goal's candidates depend on every earlier goal of its
-user. By default a backfill therefore reads every event before the end of the window's last day,
-and its rows are those of a full batch run.
+**Why goals after the window.** A goal's rows depend on the events at or before it, and on the
+earlier goals of its user: goals are attributed in order and consume the impressions they
+credit (rule 7). A goal added in February that credits a January impression leaves a March goal
+that had credited it organic; a goal removed frees its impression again. Consumption carries
+forward in event time without bound, so a correction of the window can change goals of any later
+date, but only of the users it touches.
+
+**The users a correction can touch** (``affected_users``) are those with
+
+* an event of the corrected input in the window, its end rounded up to a dedup bucket boundary
+  (a removed canonical impression hands its place to a later copy of its bucket, rule 3);
+* a row of the output on a date of the window (a goal the correction may have removed);
+* a row of the output after the window whose credited impression is before the window's end (an
+  impression or visit the correction may have removed lay on its path).
+
+Any other user has no event in the window, before or after the correction (events outside it
+are unchanged), unless all of them were removed; then none was a goal, and every goal after the
+window credited impressions after it. Such a goal keeps its candidates after the window, and can
+only lose candidates before it, which none of the models picked (``last_touch`` the latest,
+``first_touch`` the earliest, the others all): goal by goal, its rows and what it consumes stay
+the same. Goals before the window see only events before it, so no row before the window
+changes either.
+
+**The dates to rewrite** (``plan``): the affected users' goals from the window's first day on are
+attributed over the corrected input (their whole history, so consumption is exact) and
+compared with their rows in the output; a date on which a row differs, as a multiset, is
+rewritten. A rewritten date is recomputed whole from the corrected input: the affected users'
+rows plus those of every other user with a goal that day, whose rows come out as they were.
+Nothing of a rewritten partition is copied from the output, so a backfill that stopped half way
+is completed by running it again. Dates where the comparison finds no difference keep their
+files, in the window too.
 
 **A bounded history** (``history_ms``) reads only the events from the window's first instant
 minus the history, rounded down to a dedup bucket boundary (rule 3: a logical impression is
-never cut in two). The history must be at least the lookback, so that every candidate of a goal
-in the window is read. What is lost: the goals in the history before the window are attributed
-without the impressions before the history's start, and such a goal may credit another
-impression inside the history than the full run did; a goal in the window can then find that
-impression consumed, or free. Under ``last_touch`` (the latest candidate) and the models that
-credit every candidate, such a goal consumes the same impressions inside the history as in the
-full run, so their rows stay exact; ``first_touch`` (the earliest candidate) can differ.
+never cut in two), and on to the end of the input. The history must be at least the lookback,
+so that every candidate of a goal from the window on is read. What is lost: the goals in the
+history before the window are attributed without the impressions before the history's start,
+and such a goal may credit another impression inside the history than the full run did; a goal
+from the window on can then find that impression consumed, or free. Under ``last_touch`` (the
+latest candidate) and the models that credit every candidate, such a goal consumes the same
+impressions inside the history as in the full run, so their rows stay exact; ``first_touch``
+(the earliest candidate) can differ, on the rewritten dates.
 
-**Commit.** ``begin`` writes ``_BACKFILL`` (the window) and removes ``_SUCCESS``; ``finish``
-removes the window's dates that no longer have a goal, writes ``_SUCCESS`` and removes
-``_BACKFILL``. Readers (``attribution.spark.output``) read a batch output only while
-``_SUCCESS`` exists, so they never see the window half replaced; a backfill that stopped
-early leaves ``_BACKFILL`` for the next run to cover (``check_target``).
+**Commit.** ``begin`` writes ``_BACKFILL`` (the window and the dates to rewrite) and removes
+``_SUCCESS``; the dates are written with Spark's dynamic partition overwrite; ``finish`` removes
+the dates to rewrite that no longer have a goal, writes ``_SUCCESS`` and removes ``_BACKFILL``.
+Readers (``attribution.spark.output``) read a batch output only while ``_SUCCESS`` exists, so
+they never see it half replaced. A backfill that stopped early leaves ``_BACKFILL`` for the next
+run to cover (``check_target``); that run rewrites the dates it recorded as well as those it
+finds, since a partition the stopped run was replacing may be missing.
 """
 from __future__ import annotations
 
@@ -36,15 +68,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from joins.durations import format_duration_ms, ms_to_iso, parse_duration_ms
 
-from ..config import MS_PER_DAY
-from ..schema import PARTITION_COLUMN, PARTITION_SOURCE
-from .layout import is_flat
+from ..config import MS_PER_DAY, AttributionConfig
+from ..schema import (
+    OUTPUT_DEFAULTS,
+    OUTPUT_FIELDS,
+    OUTPUT_SCHEMA,
+    PARTITION_COLUMN,
+    PARTITION_SOURCE,
+)
+from .layout import is_flat, utc_date
 from .output import BACKFILL_MARKER, SINK_LOG_DIR, SUCCESS_MARKER
+from .pipeline import attribution_batch
+from .types import spark_struct
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _EPOCH = dt.date(1970, 1, 1)
@@ -94,7 +134,7 @@ class GoalWindow:
         """
         since = self.read_from_ms(dedup_window_ms)
         if since is None:
-            return "all events before the window's end"
+            return "all events"
         return f"{format_duration_ms(self.history_ms)} (events from {ms_to_iso(since)})"
 
     def holds(self, day: dt.date) -> bool:
@@ -104,32 +144,36 @@ class GoalWindow:
         """
         return self.first <= day <= self.last
 
+    def reach_end_ms(self, dedup_window_ms: int) -> int:
+        """The end of the event times whose users a correction of the window can touch: the
+        window's end rounded up to a dedup bucket boundary (a removed canonical impression hands
+        its place to a later copy in its bucket, rule 3).
+
+        :param dedup_window_ms: the dedup window (rule 3).
+        """
+        return -(-self.end_ms // dedup_window_ms) * dedup_window_ms
+
     def events(self, events: DataFrame, dedup_window_ms: int) -> DataFrame:
-        """The valid events a backfill attributes: before the window's end, and from
-        ``read_from_ms`` on.
+        """The valid events a backfill attributes: from ``read_from_ms`` on, to the end of the
+        input (goals after the window are attributed too).
 
         :param events: the valid input events (a ``ts`` timestamp column).
         :param dedup_window_ms: the dedup window (rule 3), whose buckets are never cut.
         """
-        ts = F.unix_millis("ts")
-        kept = ts < F.lit(self.end_ms)
         since = self.read_from_ms(dedup_window_ms)
-        if since is not None:
-            kept &= ts >= F.lit(since)
-        return events.filter(kept)
+        if since is None:
+            return events
+        return events.filter(F.unix_millis("ts") >= F.lit(since))
 
-    def rows(self, rows: DataFrame) -> DataFrame:
-        """The output rows of the window's goals.
+    def marker(self, dates: Iterable[dt.date] = ()) -> str:
+        """The text of ``_BACKFILL`` (JSON): the window and the goal dates being rewritten;
+        ``from_marker`` and ``dates_of_marker`` read them back.
 
-        :param rows: attribution rows (a ``goal_ts`` column).
+        :param dates: the goal dates the backfill rewrites.
         """
-        goal_ms = F.unix_millis(PARTITION_SOURCE)
-        return rows.filter((goal_ms >= F.lit(self.start_ms)) & (goal_ms < F.lit(self.end_ms)))
-
-    def marker(self) -> str:
-        """The window as the text of ``_BACKFILL`` (JSON); ``from_marker`` reads it back."""
         return json.dumps({"goals_from": self.first.isoformat(),
-                           "goals_to": self.last.isoformat()}) + "\n"
+                           "goals_to": self.last.isoformat(),
+                           "dates": sorted(d.isoformat() for d in dates)}) + "\n"
 
     @classmethod
     def from_marker(cls, text: str) -> "GoalWindow":
@@ -140,6 +184,14 @@ class GoalWindow:
         recorded = json.loads(text)
         return cls(dt.date.fromisoformat(recorded["goals_from"]),
                    dt.date.fromisoformat(recorded["goals_to"]))
+
+
+def dates_of_marker(text: str) -> list[dt.date]:
+    """The goal dates a ``_BACKFILL`` file records as being rewritten (none if it names none).
+
+    :param text: the file's text, as ``GoalWindow.marker`` wrote it.
+    """
+    return [dt.date.fromisoformat(d) for d in json.loads(text).get("dates", [])]
 
 
 def _date(text: str, option: str) -> dt.date:
@@ -238,7 +290,8 @@ def check_target(output: str, window: GoalWindow) -> None:
 
 
 class _FileSystem:
-    """The few Hadoop file system calls the markers need, for local and remote outputs alike."""
+    """The few Hadoop file system calls the markers and the partition listing need, for local
+    and remote outputs alike."""
 
     def __init__(self, spark, output: str):
         self.jvm = spark._jvm
@@ -255,6 +308,17 @@ class _FileSystem:
         finally:
             stream.close()
 
+    def read(self, name: str) -> Optional[str]:
+        """The text of a file, ``None`` when there is none."""
+        if not self.fs.exists(self.path(name)):
+            return None
+        stream = self.fs.open(self.path(name))
+        try:
+            data = self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
     def delete(self, name: str) -> None:
         self.fs.delete(self.path(name), True)
 
@@ -263,45 +327,240 @@ class _FileSystem:
             return []
         return [s.getPath().getName() for s in self.fs.listStatus(self.root) if s.isDirectory()]
 
+    def goal_dates(self) -> dict[dt.date, str]:
+        """The ``goal_date`` directories, by date (other directories are not the job's)."""
+        prefix, dates = f"{PARTITION_COLUMN}=", {}
+        for name in self.directories():
+            if name.startswith(prefix):
+                try:
+                    dates[dt.date.fromisoformat(name[len(prefix):])] = name
+                except ValueError:
+                    continue
+        return dates
 
-def begin(spark, output: str, window: GoalWindow) -> None:
+
+def _date_of(ts: str):
+    return utc_date(F.col(ts))
+
+
+def _existing_rows(spark, fs: _FileSystem, window: GoalWindow) -> Optional[DataFrame]:
+    """The output's rows of the goal dates from the window's first on (``None``: it has none),
+    in the output schema; columns absent from older files take their defaults."""
+    paths = [fs.path(name).toString() for day, name in sorted(fs.goal_dates().items())
+             if day >= window.first]
+    if not paths:
+        return None
+    schema = spark_struct(OUTPUT_SCHEMA)
+    frame = spark.read.schema(schema).option("basePath", fs.root.toString()).parquet(*paths)
+    columns = []
+    for field in schema.fields:
+        column = F.col(field.name)
+        if OUTPUT_DEFAULTS.get(field.name) is not None:
+            column = F.coalesce(column, F.lit(OUTPUT_DEFAULTS[field.name]).cast(field.dataType))
+        columns.append(column.alias(field.name))
+    return frame.select(*columns)
+
+
+def affected_users(events: DataFrame, existing: Optional[DataFrame], window: GoalWindow,
+                   dedup_window_ms: int) -> DataFrame:
+    """The users whose rows a correction of the window's input can change (module docstring),
+    one ``user_id`` column, distinct.
+
+    :param events: the corrected input's valid events.
+    :param existing: the output's rows from the window's first date on (``None``: none).
+    :param window: the goal dates backfilled.
+    :param dedup_window_ms: the dedup window (rule 3).
+    """
+    ts = F.unix_millis("ts")
+    users = (events.filter((ts >= F.lit(window.start_ms))
+                           & (ts < F.lit(window.reach_end_ms(dedup_window_ms)))
+                           & F.col("user_id").isNotNull())
+             .select("user_id"))
+    if existing is not None:
+        in_window = F.unix_millis(PARTITION_SOURCE) < F.lit(window.end_ms)
+        credited_before_end = F.unix_millis("impression_ts") < F.lit(window.end_ms)
+        users = users.union(existing.filter(in_window | credited_before_end).select("user_id"))
+    return users.distinct()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a backfill rewrites: the goal dates, and the rows it attributed to find them."""
+
+    dates: tuple[dt.date, ...]
+    affected_rows: DataFrame  # the affected users' rows from the window on, with goal_date
+    window_has_events: bool  # False: nothing to go by, the wrong --events more likely
+
+
+def plan(spark, events: DataFrame, output: str, window: GoalWindow,
+         config: AttributionConfig) -> Plan:
+    """Find the goal dates a backfill rewrites: those on which an affected user's rows, from
+    the window's first date on, differ from the output's; and those an unfinished backfill
+    recorded. Reads, writes nothing.
+
+    :param spark: the session.
+    :param events: the corrected input's valid events, as ``GoalWindow.events`` bounds them.
+    :param output: the ``--output`` directory (local or remote).
+    :param window: the goal dates backfilled.
+    :param config: the attribution's settings.
+    :returns: the dates, and the affected users' rows (checkpointed: computed once, and read
+        again by ``rows``); no dates and no rows when the input has no event in the window.
+    """
+    fs = _FileSystem(spark, output)
+    ts = F.unix_millis("ts")
+    in_window = (ts >= F.lit(window.start_ms)) & (ts < F.lit(window.end_ms))
+    # A full scan, not a limit: it also completes any observation the caller put on the input
+    # (a limit would stop it part way, and a checkpoint below reports to no observation).
+    window_events = events.agg(F.count(F.when(in_window & F.col("user_id").isNotNull(), 1)))
+    if not window_events.first()[0]:
+        nothing = spark.createDataFrame([], spark_struct(OUTPUT_SCHEMA))
+        return Plan((), nothing.withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)), False)
+    existing = _existing_rows(spark, fs, window)
+    # Each computed once (checkpoints): the users, to attribute and to compare; their rows, to
+    # compare here and to write in ``rows``. The checkpoints also cut the lineage from the
+    # output's files, which the write then replaces.
+    users = affected_users(events, existing, window, config.dedup_window_ms).localCheckpoint()
+    fresh = attribution_batch(events.join(users, "user_id", "left_semi"), config=config)
+    fresh = (fresh.filter(F.unix_millis(PARTITION_SOURCE) >= F.lit(window.start_ms))
+             .withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)).localCheckpoint())
+    side = fresh.withColumn("_side", F.lit(1))
+    if existing is not None:
+        before = (existing.join(users, "user_id", "left_semi")
+                  .withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE))
+                  .withColumn("_side", F.lit(-1)))
+        side = side.unionByName(before)
+    # A date differs when some row occurs a different number of times before and after.
+    key = [*OUTPUT_FIELDS, PARTITION_COLUMN]
+    differing = (side.groupBy(*key).agg(F.sum("_side").alias("_net"))
+                 .filter(F.col("_net") != 0).select(PARTITION_COLUMN).distinct())
+    dates = {r[0] for r in differing.collect()}
+    marker = fs.read(BACKFILL_MARKER)
+    if marker is not None:
+        dates.update(dates_of_marker(marker))
+    return Plan(tuple(sorted(dates)), fresh, True)
+
+
+def rows(events: DataFrame, planned: Plan, config: AttributionConfig) -> DataFrame:
+    """The rows of the planned dates, as a full run over the corrected input gives them: the
+    affected users' (attributed by ``plan``) and those of every other user with a goal on one
+    of the dates, with a ``goal_date`` column.
+
+    :param events: the corrected input's valid events, as ``GoalWindow.events`` bounds them.
+    :param planned: the plan.
+    :param config: the attribution's settings.
+    """
+    if not planned.dates:
+        return planned.affected_rows.where(F.lit(False))
+    dates = [F.lit(d) for d in planned.dates]
+    mine = planned.affected_rows.filter(F.col(PARTITION_COLUMN).isin(*dates))
+    goal_day = F.col("is_goal") & _date_of("ts").isin(*dates) & F.col("user_id").isNotNull()
+    # Any user with a goal on a planned date who has no row there among the affected users'.
+    others = (events.filter(goal_day).select("user_id")
+              .join(mine.select("user_id"), "user_id", "left_anti").distinct())
+    theirs = attribution_batch(events.join(others, "user_id", "left_semi"), config=config)
+    theirs = (theirs.withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE))
+              .filter(F.col(PARTITION_COLUMN).isin(*dates)))
+    return mine.unionByName(theirs)
+
+
+def begin(spark, output: str, window: GoalWindow, dates: Iterable[dt.date]) -> None:
     """Mark ``output`` as being backfilled: ``_BACKFILL`` first, then ``_SUCCESS`` removed.
 
     :param spark: the session, whose Hadoop file system writes the markers.
     :param output: the ``--output`` directory (local or remote).
-    :param window: the goal dates being backfilled, recorded in ``_BACKFILL``.
+    :param window: the goal dates backfilled, recorded in ``_BACKFILL``.
+    :param dates: the goal dates to rewrite, recorded in ``_BACKFILL``.
     """
     fs = _FileSystem(spark, output)
-    fs.write(BACKFILL_MARKER, window.marker())
+    fs.write(BACKFILL_MARKER, window.marker(dates))
     fs.delete(SUCCESS_MARKER)
 
 
-def finish(spark, output: str, window: GoalWindow, written: Iterable[dt.date]) -> list[dt.date]:
+def finish(spark, output: str, dates: Iterable[dt.date], written: Iterable[dt.date]
+           ) -> list[dt.date]:
     """Complete a backfill whose rows have been written: remove the ``goal_date`` partitions of
-    the window that the backfill did not write (no goal there any more), unless it wrote none at
-    all; then write ``_SUCCESS`` and remove ``_BACKFILL``.
+    the dates to rewrite that the backfill did not write (no goal there any more); then write
+    ``_SUCCESS`` and remove ``_BACKFILL``.
 
     :param spark: the session, whose Hadoop file system lists and deletes.
     :param output: the ``--output`` directory (local or remote).
-    :param window: the goal dates backfilled.
+    :param dates: the goal dates to rewrite.
     :param written: the goal dates the backfill wrote.
     :returns: the dates removed.
     """
     fs = _FileSystem(spark, output)
-    written = set(written)
-    removed = []
-    if written:
-        prefix = f"{PARTITION_COLUMN}="
-        for name in fs.directories():
-            if not name.startswith(prefix):
-                continue
-            try:
-                day = dt.date.fromisoformat(name[len(prefix):])
-            except ValueError:  # not a directory the job wrote
-                continue
-            if window.holds(day) and day not in written:
-                fs.delete(name)
-                removed.append(day)
+    written, removed = set(written), []
+    for day, name in sorted(fs.goal_dates().items()):
+        if day in dates and day not in written:
+            fs.delete(name)
+            removed.append(day)
     fs.write(SUCCESS_MARKER)
     fs.delete(BACKFILL_MARKER)
-    return sorted(removed)
+    return removed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a backfill did: the dates it planned, wrote and removed (none of them when the
+    input has no event in the window)."""
+
+    window: GoalWindow
+    planned: tuple[dt.date, ...]
+    written: tuple[dt.date, ...]
+    removed: tuple[dt.date, ...]
+    window_has_events: bool = True
+
+    def report(self, dedup_window_ms: int) -> dict:
+        """The lines of the job's final report.
+
+        :param dedup_window_ms: the dedup window (for the history read).
+        """
+        after = sum(d > self.window.last for d in self.written)
+        if not self.window_has_events:
+            dates = "no event of the window in --events: the output is unchanged"
+        elif not self.planned:
+            dates = "none differs from a full run over --events: the output is unchanged"
+        else:
+            dates = (f"{len(self.written)} replaced ({after} after the window), "
+                     f"{len(self.removed)} without goals removed")
+        return {"backfill": f"goals {self.window}",
+                "history read": self.window.history_text(dedup_window_ms),
+                "goal dates": dates,
+                "dead letter": "not written by a backfill"}
+
+
+def run(spark, valid: DataFrame, output: str, window: GoalWindow, config: AttributionConfig,
+        observation, metrics: list[Column]) -> Outcome:
+    """Backfill ``window`` of ``output`` from the corrected input: plan, mark, write the
+    planned dates with Spark's dynamic partition overwrite, finish (module docstring).
+
+    :param spark: the session.
+    :param valid: the corrected input's valid events (all of them: the history bound is
+        applied here).
+    :param output: the ``--output`` directory, a batch output with ``goal_date`` partitions
+        (``check_target``), or new.
+    :param window: the goal dates backfilled.
+    :param config: the attribution's settings.
+    :param observation: a ``pyspark.sql.Observation`` the written rows are observed with.
+    :param metrics: the aggregates to observe (``pipeline.output_metrics``).
+    :returns: the dates planned, written and removed.
+    """
+    events = window.events(valid, config.dedup_window_ms)
+    planned = plan(spark, events, output, window, config)
+    dates_written = F.collect_set(PARTITION_COLUMN).alias("_dates")
+    if not planned.window_has_events:
+        # An input without the window more likely is the wrong --events than a correction that
+        # removed every event of it: nothing is written or removed, the markers stay as they
+        # are. The observation still counts (no rows).
+        planned.affected_rows.where(F.lit(False)).observe(observation, *metrics,
+                                                          dates_written).collect()
+        return Outcome(window, (), (), (), window_has_events=False)
+    written = rows(events, planned, config)
+    # Each goal date's rows in one task: one file per date, as a full batch run writes them.
+    written = written.repartition(PARTITION_COLUMN).observe(observation, *metrics, dates_written)
+    begin(spark, output, window, planned.dates)
+    (written.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+     .partitionBy(PARTITION_COLUMN).parquet(output))
+    dates = tuple(sorted(observation.get["_dates"]))
+    removed = finish(spark, output, planned.dates, dates)
+    return Outcome(window, planned.dates, dates, tuple(removed))

@@ -11,7 +11,14 @@ import datetime as dt
 import pytest
 
 from attribution.config import DEFAULT_DEDUP_WINDOW, DEFAULT_LOOKBACK, parse_duration_ms
-from attribution.spark.backfill import BackfillRefused, GoalWindow, check_target, parse_goal_window
+from attribution.spark.backfill import (
+    BackfillRefused,
+    GoalWindow,
+    Outcome,
+    check_target,
+    dates_of_marker,
+    parse_goal_window,
+)
 from attribution.spark.output import BACKFILL_MARKER
 from commandline.exits import ExitCode
 from jobs import attribution_job
@@ -44,6 +51,42 @@ def test_a_bounded_history_starts_at_a_dedup_bucket_boundary():
     since = window.read_from_ms(seven_hours)
     assert since % seven_hours == 0 and 0 <= window.start_ms - 100 * DAY_MS - since < seven_hours
     assert window.history_text(DEDUP_MS) == "100 days (events from 2023-11-22T00:00:00.000Z)"
+
+
+def test_the_users_a_correction_can_touch_are_found_up_to_the_end_of_a_dedup_bucket():
+    window = parse_goal_window("2024-02-01", "2024-02-29", None, LOOKBACK_MS)
+    # Day buckets end with the window; 7-hour buckets are cut at its end: read to the bucket's.
+    assert window.reach_end_ms(DEDUP_MS) == window.end_ms
+    seven_hours = 7 * 3_600_000
+    reach = window.reach_end_ms(seven_hours)
+    assert reach % seven_hours == 0 and 0 < reach - window.end_ms < seven_hours
+
+
+def test_the_marker_records_the_window_and_the_dates_being_rewritten():
+    window = GoalWindow(dt.date(2024, 2, 1), dt.date(2024, 2, 29))
+    dates = [dt.date(2024, 3, 5), dt.date(2024, 2, 20)]
+    text = window.marker(dates)
+    assert GoalWindow.from_marker(text) == window
+    assert dates_of_marker(text) == sorted(dates)
+    assert dates_of_marker('{"goals_from": "2024-02-01", "goals_to": "2024-02-29"}') == []
+
+
+@pytest.mark.parametrize("outcome, line", [
+    (Outcome(GoalWindow(dt.date(2024, 2, 1), dt.date(2024, 2, 29)),
+             (dt.date(2024, 2, 20), dt.date(2024, 2, 21), dt.date(2024, 3, 5)),
+             (dt.date(2024, 2, 20), dt.date(2024, 3, 5)), (dt.date(2024, 2, 21),)),
+     "2 replaced (1 after the window), 1 without goals removed"),
+    (Outcome(GoalWindow(dt.date(2024, 2, 1), dt.date(2024, 2, 29)), (), (), ()),
+     "none differs from a full run over --events: the output is unchanged"),
+    (Outcome(GoalWindow(dt.date(2024, 2, 1), dt.date(2024, 2, 29)), (), (), (),
+             window_has_events=False),
+     "no event of the window in --events: the output is unchanged"),
+])
+def test_the_report_says_which_dates_a_backfill_replaced(outcome, line):
+    report = outcome.report(DEDUP_MS)
+    assert report["goal dates"] == line
+    assert report["backfill"] == "goals 2024-02-01 to 2024-02-29"
+    assert report["history read"] == "all events"
 
 
 @pytest.mark.parametrize("goals_from, goals_to, history, message", [
