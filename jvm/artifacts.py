@@ -185,7 +185,7 @@ def spark_submit_options(jars: Path = JARS) -> list:
     listed = ",".join(str(folder / n) for n in names) or f"{folder}/<each jar>"
     delta = " ".join(f"--conf {k}={v}" for k, v in DELTA_CONF.items())
     return [f"--packages {packages['spark.jars.packages']} "
-            f"--exclude-packages {packages['spark.jars.excludes']} {delta}",
+            f"--exclude-packages '{packages['spark.jars.excludes']}' {delta}",
             f"--jars {listed} {delta}"]
 
 

@@ -59,3 +59,10 @@ def test_a_restart_on_the_same_directory_keeps_its_topics(tmp_path):
     topics = AdminClient({"bootstrap.servers": restarted}).list_topics(timeout=30).topics
     _stop(tmp_path)
     assert "kept" in topics and len(topics["kept"].partitions) == 3
+
+
+def test_kafka_local_is_a_console_script():
+    scripts = (ROOT / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0]
+    assert 'kafka-local = "jvm.kafka_local:main"' in scripts
+    result = _run("--help")
+    assert result.returncode == 0 and "start" in result.stdout and "stop" in result.stdout

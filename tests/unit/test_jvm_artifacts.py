@@ -64,3 +64,12 @@ def test_a_failed_fetch_is_one_line_naming_the_log_and_the_fix(tmp_path, monkeyp
     log = tmp_path / "jars" / f"fetch-{artifacts.SPARK}.log"
     assert str(log) in message and "Could not transfer artifact" in log.read_text()
     assert not (tmp_path / "jars" / artifacts.SPARK).exists()  # nothing half-fetched left
+
+
+def test_the_deployment_guide_gives_the_poms_coordinates():
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    conf = artifacts.packages_conf()
+    assert f"--packages {conf['spark.jars.packages']} " in guide
+    assert f"--exclude-packages '{conf['spark.jars.excludes']}' " in guide
+    for key, value in artifacts.DELTA_CONF.items():
+        assert f"--conf {key}={value}" in guide
