@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The JVM jars of jvm/pom.xml (Kafka connector, Delta, the local Kafka broker), fetched once with
+# mvn into build/jars/ (git-ignored); a Spark session finds them there by itself.
+JARS   := build/jars/.fetched
 
-.PHONY: run test test-fast lint check-java venv clean bench bench-sustainable
+.PHONY: run test test-fast lint check-java venv jars clean bench bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -18,11 +21,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-run: check-java $(STAMP)
+$(JARS): jvm/pom.xml $(STAMP)
+	$(PY) -m jvm.artifacts
+	@touch $(JARS)
+
+jars: $(JARS)
+
+run: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.example
 
 # Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests.
-test: check-java lint
+test: check-java lint $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests
 
 # The unit tier alone: no Spark session, about a minute.
@@ -33,11 +42,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-bench: check-java $(STAMP)
+bench: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming
 
 # The highest input rate each query sustains, fed live (benchmarks/streaming/sustainable.py).
-bench-sustainable: check-java $(STAMP)
+bench-sustainable: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m benchmarks.streaming --only-modes --sustainable
 
 clean:

@@ -16,7 +16,7 @@ from commandline.paths import check_writable_dir
 from commandline.signals import StopRequests
 from joins.durations import format_duration_ms
 
-from .params import GROUPS, GeneratorParams, duration_ms, param_fields
+from .params import GROUPS, GeneratorParams, KafkaTarget, duration_ms, param_fields
 from .workers import PARALLEL_MIN_USERS
 
 # Knobs that only shape a finite dataset, or only the endless stream.
@@ -30,6 +30,7 @@ _GROUP_TITLES = {
     "value": "goal values (lognormal conversion values)",
     "disorder": "disorder model (arrival order, lateness, redelivery)",
     "stream": "endless stream (blocks of event time)",
+    "kafka": "Kafka (produce the events to a topic)",
 }
 DURATION_HELP = ("Durations read like '90 seconds', '2 minutes', '1.5h', '3 days': a number and "
                  "a unit ('0' alone is zero); for --duration and --file-interval a bare number "
@@ -53,9 +54,10 @@ class _Parser(argparse.ArgumentParser):
                      "and its default.\n")
 
 
-def _add_params(parser: argparse.ArgumentParser, skip: set) -> None:
-    for group in GROUPS:
-        fields = [f for f in param_fields(group) if f.name not in skip]
+def _add_params(parser: argparse.ArgumentParser, skip: set, cls: type = GeneratorParams,
+                groups: tuple = GROUPS) -> None:
+    for group in groups:
+        fields = [f for f in param_fields(group, cls) if f.name not in skip]
         if not fields:
             continue
         section = parser.add_argument_group(_GROUP_TITLES[group])
@@ -75,6 +77,8 @@ def _add_params(parser: argparse.ArgumentParser, skip: set) -> None:
                 options["metavar"] = "N" if kind is int else "X"
             elif meta["kind"] == "duration":
                 options["metavar"] = "DURATION"
+            elif group == "kafka":
+                options["metavar"] = f.name.rsplit("_", 1)[-1].upper()
             section.add_argument(flag, **options)
 
 
@@ -88,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m generators generate --out /tmp/ds\n"
                "  python -m generators generate --out /tmp/ds --format parquet --files 50 \\\n"
                "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 --heartbeat\n"
-               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n\n"
+               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n"
+               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/state \\\n"
+               "      --kafka-bootstrap-servers 127.0.0.1:9092 --topic events\n\n"
                "Run 'python -m generators generate --help' for every knob and its default.\n\n"
                + exit_codes_help(ExitCode.OK, ExitCode.USAGE, ExitCode.OUTPUT,
                                  ExitCode.INTERRUPTED, ExitCode.TERMINATED))
@@ -102,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "DIR/truth/attributions.parquet (the batch oracle over the written files), "
                     "DIR/manifest.json (seed, params, counts, event-time range, disorder "
                     "statistics, late events), DIR/skew.png (event time against arrival order, "
-                    "whole and zoomed) and DIR/delays.png (arrival delay per source).\n"
+                    "whole and zoomed) and DIR/delays.png (arrival delay per source); with "
+                    "--kafka-bootstrap-servers, then produce the event files' records to --topic "
+                    "in the same order.\n"
                     + DURATION_HELP)
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory")
     gen.add_argument("--overwrite", action="store_true",
@@ -119,16 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
                           "else 1); the output does not depend on it")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_params(gen, STREAM_ONLY)
+    _add_params(gen, set(), KafkaTarget, ("kafka",))
 
     load = commands.add_parser(
         "stream", formatter_class=_HelpFormatter,
         help="load mode: keep writing new event files at a target rate",
         description="Write the next rate x file-interval events every file-interval into DIR "
-                    "(temporary name, then atomic rename) until the duration is over, then "
+                    "(temporary name, then atomic rename), or produce them to --topic with "
+                    "--kafka-bootstrap-servers, until the duration is over, then "
                     "print the achieved rate. The content is reproducible: the same options "
                     "give the same records; only the timing follows the clock.\n" + DURATION_HELP)
     load.add_argument("--out", required=True, metavar="DIR",
-                      help="directory a streaming job reads")
+                      help="directory a streaming job reads (with --topic: where the stream's "
+                           "state is kept, for --resume)")
     load.add_argument("--rate", type=float, default=1000.0, metavar="EVENTS_PER_S",
                       help="target events per second")
     load.add_argument("--duration", default="60 seconds", metavar="DURATION",
@@ -151,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "see --final-heartbeat); a bare number is seconds")
     load.add_argument("--quiet", action="store_true", help="print only the final rate")
     _add_params(load, BATCH_ONLY)
+    _add_params(load, set(), KafkaTarget, ("kafka",))
     return parser
 
 
@@ -162,9 +174,20 @@ def _seconds(text: str, option: str) -> float:
         return duration_ms(text, option) / 1000.0
 
 
-def _params(args: argparse.Namespace) -> GeneratorParams:
-    names = {f.name for f in dataclasses.fields(GeneratorParams)}
-    return GeneratorParams(**{k: v for k, v in vars(args).items() if k in names})
+def _params(args: argparse.Namespace, cls: type = GeneratorParams):
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def _topic(args: argparse.Namespace, params: GeneratorParams):
+    """The producer to ``--topic``, or ``None`` without ``--kafka-bootstrap-servers``; made
+    before any work, so that an unreachable broker costs seconds, not a generated dataset."""
+    target = _params(args, KafkaTarget)
+    if not target.enabled:
+        return None
+    from .topic import TopicWriter
+
+    return TopicWriter(target, params.format)
 
 
 def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -172,11 +195,13 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     try:
         params = _params(args)
+        _params(args, KafkaTarget)
     except ValueError as err:
         parser.error(str(err))
     if args.processes is not None and args.processes < 1:
         parser.error(f"--processes must be at least 1, got {args.processes}")
     check_writable_dir(args.out, "--out", ExitCode.OUTPUT)
+    topic = _topic(args, params)
     started = time.perf_counter()
     try:
         result = generate(params, args.out, truth=args.truth, plot=args.plot,
@@ -184,6 +209,12 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                           processes=args.processes)
     except OutputExists as err:
         parser.error(str(err))
+    if topic is not None:
+        from .writers import file_record_values
+
+        with topic:
+            produced = sum(topic.send(file_record_values(f, params.format))
+                           for f in result.event_files)
     if not args.quiet:
         seconds = time.perf_counter() - started
         m = result.manifest
@@ -205,6 +236,9 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            for name, s in result.seconds.items())
         print(f"manifest: {result.out / 'manifest.json'}  ({format_duration_ms(seconds * 1000)}: "
               f"{stages})")
+        if topic is not None:
+            print(f"produced {produced:,} records to topic {topic.topic} at "
+                  f"{args.kafka_bootstrap_servers}")
     return 0
 
 
@@ -218,9 +252,15 @@ def _stream(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         interval = _seconds(args.file_interval, "--file-interval")
         idle = None if args.idle_heartbeat is None else _seconds(args.idle_heartbeat,
                                                                  "--idle-heartbeat")
-        report = run_load(params, args.out, args.rate, duration, interval, resume=args.resume,
-                          log=None if args.quiet else print_progress,
-                          final_heartbeat=args.final_heartbeat, idle_heartbeat_s=idle)
+        topic = _topic(args, params)
+        try:
+            report = run_load(params, args.out, args.rate, duration, interval,
+                              resume=args.resume, log=None if args.quiet else print_progress,
+                              final_heartbeat=args.final_heartbeat, idle_heartbeat_s=idle,
+                              topic=topic)
+        finally:
+            if topic is not None:
+                topic.close()
     except (ValueError, StreamDirError) as err:
         parser.error(str(err))
     print(report.summary())

@@ -15,6 +15,10 @@ writes one whenever no file has been written for that long; its time is the stre
 watermark past a record still to come by more than that record's own delay. That clock is only
 as far as the data has got: idle heartbeats keep a consumer's micro-batches and watermark moving
 through a quiet stretch, but only the final heartbeat flushes the last watermark delay's goals.
+
+With a ``topic`` (``generators.topic``) the same batches and heartbeats are produced to Kafka
+instead of written as files, each delivered before the state is saved; the directory then holds
+only the state, so a resumed run repeats at most the batch a kill interrupted.
 """
 from __future__ import annotations
 
@@ -23,11 +27,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .params import GeneratorParams
 from .stream import Position, stream_for
-from .writers import EXTENSIONS, atomic_write, heartbeat_record, part_name, write_events_file
+from .writers import (
+    EXTENSIONS,
+    atomic_write,
+    heartbeat_record,
+    part_name,
+    record_values,
+    write_events_file,
+)
+
+if TYPE_CHECKING:
+    from .topic import TopicWriter
 
 STATE_FILE = "_streamgen_state.json"
 
@@ -45,6 +59,7 @@ class LoadReport:
     seconds: float
     target_rate: float
     heartbeats: int = 0
+    topic: Optional[str] = None  # produced to this Kafka topic instead of written as files
 
     @property
     def achieved_rate(self) -> float:
@@ -53,9 +68,14 @@ class LoadReport:
     def summary(self) -> str:
         beats = (f" (+{self.heartbeats:,} heartbeat file{'s' if self.heartbeats > 1 else ''})"
                  if self.heartbeats else "")
-        return (f"wrote {self.records:,} events in {self.files:,} files{beats} over "
-                f"{self.seconds:.2f} s: achieved {self.achieved_rate:,.0f} events/s "
-                f"(target {self.target_rate:,.0f})")
+        if self.topic is not None:
+            beats = beats.replace(" file", " record")
+            written = f"produced {self.records:,} events in {self.files:,} batches to topic " \
+                      f"{self.topic}{beats}"
+        else:
+            written = f"wrote {self.records:,} events in {self.files:,} files{beats}"
+        return (f"{written} over {self.seconds:.2f} s: achieved {self.achieved_rate:,.0f} "
+                f"events/s (target {self.target_rate:,.0f})")
 
 
 def _existing_parts(out: Path) -> list[Path]:
@@ -104,7 +124,8 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
              log: Optional[Callable[[str], None]] = None,
              sleep: Callable[[float], None] = time.sleep,
              final_heartbeat: bool = False, idle_heartbeat_s: Optional[float] = None,
-             clock: Callable[[], float] = time.monotonic) -> LoadReport:
+             clock: Callable[[], float] = time.monotonic,
+             topic: Optional["TopicWriter"] = None) -> LoadReport:
     """Write ``rate`` events per second into ``out`` for ``duration_s`` seconds.
 
     One file every ``file_interval_s``; the run lasts at least ``duration_s`` so the achieved
@@ -123,6 +144,8 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
     :param idle_heartbeat_s: write a heartbeat whenever no file has been written for this many
         seconds (module doc); ``None``: never.
     :param clock: the monotonic clock ``sleep`` advances (tests pass a fake pair).
+    :param topic: produce each batch and heartbeat to this topic instead of writing files;
+        ``out`` then holds only the stream's state.
     """
     if rate <= 0:
         raise ValueError(f"--rate must be positive, got {rate}")
@@ -140,6 +163,9 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
         if _existing_parts(out):
             raise StreamDirError(f"{out} already holds event files; pass --resume to continue "
                                  "that stream, or choose an empty directory")
+        if topic is not None and (out / STATE_FILE).exists():
+            raise StreamDirError(f"{out} already holds the state of a stream; pass --resume to "
+                                 "continue it, or choose an empty directory")
         state = _State(Position(), 0)
     per_file = max(1, round(rate * file_interval_s))
     stream = stream_for(params)
@@ -150,17 +176,26 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
     written_files = written_records = heartbeats = 0
     last_write = started
 
+    def emit(events, heartbeat: Optional[dict] = None) -> str:
+        """Write one batch (or heartbeat) as the next file, or produce it; returns its name."""
+        if topic is None:
+            path = out / part_name(state.next_file, params.format)
+            write_events_file(path, params.format, events, stream.vocab, params.seed,
+                              heartbeat=heartbeat)
+            return path.name
+        topic.send(record_values(params.format, events, stream.vocab, heartbeat))
+        topic.flush()
+        return f"{topic.topic} batch {state.next_file}"
+
     def write_heartbeat(ts_ms: int, why: str) -> None:
         nonlocal heartbeats, last_write
-        path = out / part_name(state.next_file, params.format)
-        write_events_file(path, params.format, None, stream.vocab, params.seed,
-                          heartbeat=heartbeat_record(ts_ms, state.next_file))
+        name = emit(None, heartbeat=heartbeat_record(ts_ms, state.next_file))
         state.next_file += 1
         heartbeats += 1
         last_write = clock()
         _save_state(out, params, state)
         if log:
-            log(f"{path.name}: {why} heartbeat")
+            log(f"{name}: {why} heartbeat")
 
     def wait_until(deadline: float) -> None:
         """Sleep until ``deadline``, with an idle heartbeat whenever one is due."""
@@ -185,8 +220,7 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
             break
         wait_until(due)
         events, state.position = stream.read(state.position, per_file)
-        path = out / part_name(state.next_file, params.format)
-        write_events_file(path, params.format, events, stream.vocab, params.seed)
+        name = emit(events)
         if len(events):
             top = int(events.ts.max())
             state.max_ts_ms = top if state.max_ts_ms is None else max(state.max_ts_ms, top)
@@ -196,14 +230,15 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
         last_write = clock()
         _save_state(out, params, state)
         if log:
-            log(f"{path.name}: {len(events):,} events ({written_records:,} in total)")
+            log(f"{name}: {len(events):,} events ({written_records:,} in total)")
     # Stay until the end of the last interval, so the rate reflects the whole duration.
     wait_until(started + duration_s)
     if final_heartbeat:
         top = state.max_ts_ms if state.max_ts_ms is not None else params.start_ms
         state.closed_at_ms = top + params.watermark_delay_ms + 1
         write_heartbeat(state.closed_at_ms, "final")
-    return LoadReport(written_files, written_records, clock() - started, rate, heartbeats)
+    return LoadReport(written_files, written_records, clock() - started, rate, heartbeats,
+                      None if topic is None else topic.topic)
 
 
 def print_progress(message: str) -> None:

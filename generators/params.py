@@ -322,7 +322,46 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
     return text
 
 
-def param_fields(group: str | None = None) -> list[dataclasses.Field]:
-    """The parameter fields, optionally only one group's, in declaration order."""
-    return [f for f in dataclasses.fields(GeneratorParams)
+# Formats a Kafka record's value can take: one event per record, no Parquet.
+TOPIC_FORMATS = ("json", "avro")
+
+
+@dataclass(frozen=True)
+class KafkaTarget:
+    """Where the generator produces when it writes to Kafka instead of only to files: not part
+    of the data (the same seed gives the same records wherever they go), so kept out of
+    ``GeneratorParams``, its manifest and a load run's resume check. No
+    ``kafka_bootstrap_servers``: no Kafka."""
+
+    kafka_bootstrap_servers: Optional[str] = _knob(None, "produce the events to Kafka at HOST:PORT[,...] "
+                                         "too (generate: after writing the files; stream: "
+                                         "instead of event files, --out keeping the stream's "
+                                         "state). Records are keyed by user_id; their values "
+                                         "are one event each, JSON or Avro binary as --format",
+                                         "kafka")
+    topic: Optional[str] = _knob(None, "the topic (required with --kafka-bootstrap-servers); created if "
+                       "missing", "kafka")
+    kafka_partitions: int = _knob(3, "partitions of a topic this command creates (an existing "
+                                  "topic is used as it is)", "kafka", minimum=1)
+
+    def __post_init__(self) -> None:
+        if self.kafka_bootstrap_servers and not self.topic:
+            raise ValueError("--kafka-bootstrap-servers needs --topic T")
+        if self.topic and not self.kafka_bootstrap_servers:
+            raise ValueError("--topic needs --kafka-bootstrap-servers HOST:PORT")
+        if self.kafka_partitions < 1:
+            raise ValueError(f"--kafka-partitions must be at least 1, got {self.kafka_partitions}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.kafka_bootstrap_servers)
+
+
+def param_fields(group: str | None = None, cls: type = GeneratorParams) -> list[dataclasses.Field]:
+    """The parameter fields, optionally only one group's, in declaration order.
+
+    :param group: one of ``GROUPS`` (``None``: every field).
+    :param cls: ``GeneratorParams``, or ``KafkaTarget`` for the ``kafka`` group.
+    """
+    return [f for f in dataclasses.fields(cls)
             if group is None or f.metadata["group"] == group]

@@ -12,7 +12,9 @@ Avro sync marker derived from the seed and file name instead of random bytes.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -268,6 +270,72 @@ def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[i
             tmp.unlink()
 
 
+def heartbeat_json(heartbeat: dict) -> str:
+    """A heartbeat record as its JSON line (no newline), ``ts`` as in the event files."""
+    from attribution.events import ms_to_iso
+
+    return json.dumps({**heartbeat, "ts": ms_to_iso(heartbeat["ts"])})
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed_event_schema():
+    return fastavro.parse_schema(EVENT_SCHEMA)
+
+
+def avro_value(record: dict) -> bytes:
+    """One record as Avro binary in the event schema, without a container file's header: the
+    value of a Kafka record, read with the same schema."""
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, _parsed_event_schema(), record)
+    return buffer.getvalue()
+
+
+def record_values(fmt: str, events: Optional[EventColumns], vocab: Vocabulary,
+                  heartbeat: Optional[dict] = None) -> list[tuple[str, bytes]]:
+    """Events (or one heartbeat) as ``(key, value)`` pairs of Kafka records: the key is the
+    user id (a heartbeat, which has none, its event id); the value one event, exactly a line of
+    the JSON file or a record of the Avro file that ``write_events_file`` writes.
+
+    :param fmt: ``json`` or ``avro`` (``TOPIC_FORMATS``).
+    :param events: the events, in arrival order (ignored with ``heartbeat``).
+    :param vocab: the strings they index into.
+    :param heartbeat: a ``heartbeat_record`` to render instead.
+    """
+    if heartbeat is not None:
+        value = (heartbeat_json(heartbeat).encode() if fmt == "json"
+                 else avro_value(heartbeat))
+        return [(heartbeat["event_id"], value)]
+    keys = np.array(vocab.user_ids, dtype=object)[events.user].tolist()
+    if fmt == "json":
+        values = [line.encode() for line in json_lines(events, vocab).splitlines()]
+    elif fmt == "avro":
+        values = [avro_value(r) for r in avro_records(events, vocab)]
+    else:
+        raise ValueError(f"a Kafka record holds one event as json or avro, not {fmt!r}")
+    return list(zip(keys, values))
+
+
+def file_record_values(path: Path, fmt: str) -> list[tuple[str, bytes]]:
+    """The records of an event file as ``(key, value)`` pairs of Kafka records, in file order
+    (as ``record_values``: keyed by user id, a heartbeat by its event id).
+
+    :param path: a JSON-lines or Avro event file this module wrote.
+    :param fmt: its format.
+    """
+    pairs = []
+    if fmt == "json":
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            pairs.append((record["user_id"] or record["event_id"], line.encode()))
+    elif fmt == "avro":
+        with open(path, "rb") as fh:
+            for record in fastavro.reader(fh):
+                pairs.append((record["user_id"] or record["event_id"], avro_value(record)))
+    else:
+        raise ValueError(f"a Kafka record holds one event as json or avro, not {fmt!r}")
+    return pairs
+
+
 def write_events_file(path: Path, fmt: str, events: Optional[EventColumns], vocab: Vocabulary,
                       seed: int, heartbeat: Optional[dict] = None,
                       mtime_ns: Optional[int] = None) -> int:
@@ -277,9 +345,7 @@ def write_events_file(path: Path, fmt: str, events: Optional[EventColumns], voca
     path = Path(path)
     if fmt == "json":
         if heartbeat is not None:
-            from attribution.events import ms_to_iso
-
-            text = json.dumps({**heartbeat, "ts": ms_to_iso(heartbeat["ts"])}) + "\n"
+            text = heartbeat_json(heartbeat) + "\n"
         else:
             text = json_lines(events, vocab)
         atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"), mtime_ns)

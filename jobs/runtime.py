@@ -27,9 +27,10 @@ from attribution.spark.readers import FORMATS
 from commandline.exits import ExitCode, Failure
 from commandline.paths import check_readable_dir, check_writable_dir, is_remote
 from commandline.signals import StopRequests
+from jvm import artifacts as jvm_artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("attribution", "joins", "generators", "jobs", "commandline")
+PACKAGES = ("attribution", "joins", "generators", "jobs", "commandline", "jvm")
 ROCKSDB_PROVIDER = ("org.apache.spark.sql.execution.streaming.state."
                     "RocksDBStateStoreProvider")
 
@@ -69,6 +70,8 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         # (a loaded laptop, an oversubscribed node) that fails tasks for nothing.
         "spark.python.authenticate.socketTimeout": "120s",
     }
+    if not launched_by_spark_submit():  # spark-submit users pass --jars or --packages
+        conf.update(jvm_artifacts.spark_conf())  # Kafka connector and Delta: jvm/pom.xml
     if shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     conf.update(extra_conf or {})

@@ -1,13 +1,15 @@
-"""Fixtures of every tier: one SparkSession for the whole run, and the chapter 7 dataset."""
+"""Fixtures of every tier: one SparkSession for the whole run, one local Kafka broker for the
+whole run (started on first use), and the chapter 7 dataset."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support import CH7_DIR, stage_in_arrival_order
+from support import CH7_DIR, ROOT, stage_in_arrival_order
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +21,21 @@ def spark():
     session = build_spark_session("streamjoin-tests", master="local[2]", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> str:
+    """``host:port`` of one Kafka broker for the suite, started as a user starts it
+    (``kafka-local start``) on first use and stopped by its process id at the end."""
+    directory = tmp_path_factory.mktemp("kafka-broker")
+    command = [sys.executable, "-m", "jvm.kafka_local"]
+    started = subprocess.run([*command, "start", "--dir", str(directory)], capture_output=True,
+                             text=True, check=False, cwd=ROOT)
+    if started.returncode != 0:
+        pytest.fail(f"kafka-local start failed: {started.stderr.strip()}", pytrace=False)
+    bootstrap = started.stdout.strip().splitlines()[-1].removeprefix("bootstrap.servers=")
+    yield bootstrap
+    subprocess.run([*command, "stop", "--dir", str(directory)], check=True, cwd=ROOT)
 
 
 @pytest.fixture(scope="session")

@@ -265,6 +265,9 @@ def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: in
         return 0
     from pyspark.sql import functions as F
 
+    # Spark 4.2's RocksDB provider reports snapshot loads to the driver's state store
+    # coordinator, which a session registers only once its streaming query manager exists.
+    spark.streams  # noqa: B018 - creates the manager (and the coordinator) before the read
     if backend == "transformWithState":  # the declared layout: one "wakeup" value per user
         return (spark.read.format("statestore").option("stateVarName", "wakeup")
                 .load(checkpoint).count())

@@ -1,0 +1,221 @@
+"""The JVM jars of the project: which they are (``pom.xml`` beside this module, the one source
+of truth), fetching them with Maven into ``build/jars/<profile>/`` once, and the Spark settings
+that put them on a session's classpath.
+
+Each profile of the pom is one folder: ``spark`` (Kafka connector, Delta Lake; added to every
+Spark session) and ``kafka-broker`` (the local broker's classpath, never Spark's: it brings
+another ``kafka-clients``). A folder is complete when its marker file names the hash of the pom
+it was fetched from, so editing the pom fetches again.
+
+Without the folder and without ``mvn``, a Spark session falls back to Spark's own resolution
+(``spark.jars.packages``, which reaches Maven Central directly) with the same coordinates, read
+from the pom. ``python -m jvm.artifacts`` fetches every profile (``make jars``);
+``python -m jvm.artifacts --spark-submit`` prints the ``--packages`` and ``--jars`` options.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from commandline.exits import ExitCode, Failure, report_failure
+
+POM = Path(__file__).resolve().parent / "pom.xml"
+JARS = POM.parent.parent / "build" / "jars"
+SPARK = "spark"
+BROKER = "kafka-broker"
+MARKER = ".fetched-from"  # inside a profile's folder: the pom's hash, written last
+_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+# What Delta needs in a session; set only when the Delta jars are on its classpath.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One ``<dependency>`` of a profile: its coordinates and the ``group:artifact`` patterns
+    (``*`` allowed) excluded from what it brings."""
+
+    group: str
+    artifact: str
+    version: str
+    exclusions: tuple
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+
+def dependencies(profile: str, pom: Path = POM) -> list:
+    """The dependencies a profile of the pom declares, properties substituted.
+
+    :param profile: a profile id of the pom (``spark`` or ``kafka-broker``).
+    :param pom: the Maven project file (default: the project's).
+    :raises KeyError: the pom has no such profile.
+    """
+    root = ET.parse(pom).getroot()
+    props = {e.tag.split("}")[1]: (e.text or "").strip()
+             for e in root.findall("m:properties/*", _NS)}
+
+    def text(element, tag: str) -> str:
+        value = (element.findtext(f"m:{tag}", default="", namespaces=_NS) or "").strip()
+        return re.sub(r"\$\{([^}]+)\}", lambda m: props[m.group(1)], value)
+
+    for node in root.findall("m:profiles/m:profile", _NS):
+        if text(node, "id") != profile:
+            continue
+        return [Dependency(text(d, "groupId"), text(d, "artifactId"), text(d, "version"),
+                           tuple(f"{text(x, 'groupId')}:{text(x, 'artifactId')}"
+                                 for x in d.findall("m:exclusions/m:exclusion", _NS)))
+                for d in node.findall("m:dependencies/m:dependency", _NS)]
+    raise KeyError(f"no profile {profile!r} in {pom}")
+
+
+def _pom_hash(pom: Path = POM) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
+def fetched_jars(profile: str, jars: Path = JARS) -> Optional[list]:
+    """The jar files of a profile fetched from the current pom, or ``None`` if there are none
+    (never fetched, interrupted, or fetched from an older pom).
+
+    :param profile: a profile id of the pom.
+    :param jars: the folder holding one sub-folder per profile.
+    """
+    folder = jars / profile
+    marker = folder / MARKER
+    if not marker.is_file() or marker.read_text().strip() != _pom_hash():
+        return None
+    return sorted(folder.glob("*.jar"))
+
+
+def fetch(profile: str, jars: Path = JARS, quiet: bool = False) -> list:
+    """Copy a profile's runtime jars with ``mvn`` into ``jars/<profile>/`` unless they are
+    there already; returns them.
+
+    Maven's own settings apply (mirrors, proxies), so this works wherever ``mvn`` does. The jars
+    land in a scratch folder first and replace the profile's folder at once, so an interrupted
+    fetch leaves nothing half-done behind.
+
+    :param profile: a profile id of the pom.
+    :param jars: the folder holding one sub-folder per profile.
+    :param quiet: no line on stderr announcing the download.
+    :raises Failure: ``mvn`` is missing or fails (the message says what to do).
+    """
+    found = fetched_jars(profile, jars)
+    if found:
+        return found
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise Failure(ExitCode.FAILED,
+                      f"the JVM jars of '{profile}' are not in {jars / profile} and 'mvn' is not "
+                      f"on PATH: install Maven 3.8+ (e.g. 'apt-get install maven'), then run "
+                      f"'make jars'")
+    jars.mkdir(parents=True, exist_ok=True)
+    log = jars / f"fetch-{profile}.log"
+    scratch = Path(tempfile.mkdtemp(prefix=f".{profile}-", dir=jars))
+    if not quiet:
+        print(f"fetching the JVM jars of '{profile}' with Maven into {jars / profile} (once)",
+              file=sys.stderr)
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(POM), "-P", profile,
+             "dependency:copy-dependencies", "-DincludeScope=runtime",
+             f"-DoutputDirectory={scratch}"],
+            stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise Failure(ExitCode.FAILED,
+                      f"fetching the JVM jars of '{profile}' with mvn failed (exit "
+                      f"{done.returncode}, see {log}): check that Maven reaches Maven Central "
+                      f"(its settings.xml mirror or proxy), then run 'make jars'")
+    (scratch / MARKER).write_text(_pom_hash() + "\n")
+    target = jars / profile
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(scratch, target)
+    return sorted(target.glob("*.jar"))
+
+
+def spark_conf(jars: Path = JARS) -> dict:
+    """The settings that give a new Spark session the ``spark`` profile's jars: ``spark.jars``
+    with the fetched files (fetching them first when ``mvn`` is there), else
+    ``spark.jars.packages`` and ``spark.jars.excludes`` from the pom; plus Delta's extension and
+    catalog.
+
+    :param jars: the folder holding one sub-folder per profile.
+    :raises Failure: ``mvn`` is on PATH but fails.
+    """
+    found = fetched_jars(SPARK, jars)
+    if found is None and shutil.which("mvn"):
+        found = fetch(SPARK, jars)
+    if found:
+        conf = {"spark.jars": ",".join(str(j) for j in found)}
+    else:
+        conf = packages_conf()
+    conf.update(DELTA_CONF)
+    return conf
+
+
+def packages_conf() -> dict:
+    """Spark's own resolution of the ``spark`` profile: its coordinates, and the union of its
+    exclusions (what pyspark ships), for ``spark.jars.packages`` / ``--packages``."""
+    deps = dependencies(SPARK)
+    excludes = sorted({x for d in deps for x in d.exclusions})
+    return {"spark.jars.packages": ",".join(d.coordinates for d in deps),
+            "spark.jars.excludes": ",".join(excludes)}
+
+
+def spark_submit_options(jars: Path = JARS) -> list:
+    """The two ways to give ``spark-submit`` the jars, as lines: ``--packages`` (a machine that
+    reaches Maven Central) and ``--jars`` (the fetched folder)."""
+    packages = packages_conf()
+    folder = jars / SPARK
+    names = sorted(j.name for j in (fetched_jars(SPARK, jars) or []))
+    listed = ",".join(str(folder / n) for n in names) or f"{folder}/<each jar>"
+    delta = " ".join(f"--conf {k}={v}" for k, v in DELTA_CONF.items())
+    return [f"--packages {packages['spark.jars.packages']} "
+            f"--exclude-packages '{packages['spark.jars.excludes']}' {delta}",
+            f"--jars {listed} {delta}"]
+
+
+def main(argv: Optional[list] = None) -> int:
+    """``python -m jvm.artifacts``: fetch every profile's jars (``make jars``), or with
+    ``--spark-submit`` print the spark-submit options.
+
+    :param argv: the arguments (default: ``sys.argv[1:]``).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m jvm.artifacts", description=main.__doc__)
+    parser.add_argument("--spark-submit", action="store_true",
+                        help="print the --packages and --jars options for spark-submit")
+    args = parser.parse_args(argv)
+    if args.spark_submit:
+        print("\n".join(spark_submit_options()))
+        return ExitCode.OK
+    if shutil.which("mvn") is None and not all(fetched_jars(p) for p in (SPARK, BROKER)):
+        print("note: no 'mvn' on PATH: Spark sessions fetch their jars themselves "
+              "(spark.jars.packages); the local Kafka broker (kafka-local) needs Maven 3.8+",
+              file=sys.stderr)
+        return ExitCode.OK
+    try:
+        for profile in (SPARK, BROKER):
+            fetch(profile)
+    except Failure as failure:
+        return report_failure(failure)
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``kafka-local``, run as a user runs it: ``start`` prints the bootstrap line last and within
+60 s, ``stop`` ends the broker's process, and a restart on the same directory keeps its topics."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jvm.kafka_local import BrokerDir, _is_broker
+from support import ROOT, assert_no_traceback
+
+COMMAND = [sys.executable, "-m", "jvm.kafka_local"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, check=False,
+                          cwd=ROOT, timeout=180)
+
+
+def _start(directory) -> str:
+    began = time.monotonic()
+    result = _run("start", "--dir", str(directory))
+    elapsed = time.monotonic() - began
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"bootstrap\.servers=127\.0\.0\.1:\d+", last), result.stdout
+    assert elapsed < 60, f"kafka-local start took {elapsed:.0f} s"
+    return last.split("=", 1)[1]
+
+
+def _stop(directory) -> None:
+    result = _run("stop", "--dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    assert_no_traceback(result.stderr)
+
+
+def test_start_prints_the_bootstrap_line_and_stop_ends_the_process(tmp_path):
+    bootstrap = _start(tmp_path)
+    pid = int(BrokerDir(tmp_path).pid_file.read_text())
+    assert _is_broker(pid)
+    brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
+    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
+    _stop(tmp_path)
+    assert not _is_broker(pid)
+    assert not BrokerDir(tmp_path).pid_file.exists()
+    again = _run("stop", "--dir", str(tmp_path))  # nothing left to stop: said, not an error
+    assert again.returncode == 0 and "no broker running" in again.stderr
+
+
+def test_a_restart_on_the_same_directory_keeps_its_topics(tmp_path):
+    bootstrap = _start(tmp_path)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])["kept"].result(30)
+    _stop(tmp_path)
+    restarted = _start(tmp_path)
+    topics = AdminClient({"bootstrap.servers": restarted}).list_topics(timeout=30).topics
+    _stop(tmp_path)
+    assert "kept" in topics and len(topics["kept"].partitions) == 3
+
+
+def test_kafka_local_is_a_console_script():
+    scripts = (ROOT / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0]
+    assert 'kafka-local = "jvm.kafka_local:main"' in scripts
+    result = _run("--help")
+    assert result.returncode == 0 and "start" in result.stdout and "stop" in result.stdout
