@@ -290,14 +290,6 @@ def pin_checkpoint(settings: AttributionSettings,
     return settings.replace(state_buckets=state_buckets, bucket_keys=bucket_keys)
 
 
-def parse_args(argv=None) -> AttributionSettings:
-    """The job's settings from its command line (``AttributionJob.parse``).
-
-    :param argv: the arguments (default: ``sys.argv[1:]``).
-    """
-    return JOB.parse(argv)
-
-
 def bucket_warnings(state_buckets: int, shuffle_partitions: int) -> list[str]:
     """Why a bucket count holds the stateful stage back on ``shuffle_partitions`` partitions:
     fewer buckets than partitions leave partitions without state work; a count that the
@@ -598,16 +590,8 @@ class AttributionJob(StreamingJob):
 
 
 JOB = AttributionJob()
-
-
-def main(argv=None) -> int:
-    """Run the job; returns its exit code (``commandline.exits.ExitCode``). Whatever goes
-    wrong ends with one ``error:`` line on stderr (``jobs.command``).
-
-    :param argv: the arguments (default: ``sys.argv[1:]``).
-    """
-    return JOB.main(argv)
-
+# The command line's settings, and the command itself (exit code returned): the skeleton's.
+parse_args, main = JOB.parse, JOB.main
 
 if __name__ == "__main__":
     sys.exit(main())

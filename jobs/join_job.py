@@ -24,19 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the project's packages im
 from pyspark.sql import functions as F
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms
-from attribution.spark.click_join import (
-    CLICK_COLUMNS,
-    INPUT_METRICS,
-    OUTPUT_METRICS,
-    SIDES,
-    STRATEGIES,
-    batch_counts,
-    build_click_join,
-    detected_rule,
-    exact_duration,
-    iso_or_none,
-    promised_rule,
-)
+from attribution.spark import click_join
 from attribution.spark.validation import start_dead_letter_stream, valid_events
 from commandline.exits import ExitCode, exit_codes_help
 from commandline.options import option
@@ -53,7 +41,6 @@ from joins.metrics import progress_dict
 # tumbling window that must hold both for the state-key strategy.
 DEFAULT_MAX_DELAY = "30 minutes"
 DEFAULT_WINDOW = "1 hour"
-STRATEGY_CHOICES = STRATEGIES
 JOIN = "join"
 
 
@@ -101,11 +88,11 @@ Spark's raw plan text of the join is kept apart, under "spark_plan".
 
 
 def schema_help() -> str:
-    """The output schema as --help text, from ``CLICK_COLUMNS``."""
-    width = max(len(c.name) for c in CLICK_COLUMNS)
+    """The output schema as --help text, from ``click_join.CLICK_COLUMNS``."""
+    width = max(len(c.name) for c in click_join.CLICK_COLUMNS)
     lines = ["output columns (Parquet; with --how left_semi only user_id and the impression_ "
              "columns; in an", "outer join, the columns of the side without a match are null):"]
-    lines += [f"  {c.name:<{width}}  {c.kind():<9}  {c.doc}" for c in CLICK_COLUMNS]
+    lines += [f"  {c.name:<{width}}  {c.kind():<9}  {c.doc}" for c in click_join.CLICK_COLUMNS]
     return "\n".join(lines) + "\n"
 
 
@@ -121,7 +108,7 @@ class JoinSettings(JobSettings):
     DEFAULTS = {"output": "out/clicks", "checkpoint": "out/checkpoints/clicks"}
 
     strategy: str = option("state-value", "state cleanup strategy, see the table above "
-                           "(default: %(default)s)", JOIN, choices=STRATEGIES)
+                           "(default: %(default)s)", JOIN, choices=click_join.STRATEGIES)
     how: str = option("inner", "join type; left = impressions, right = visits (default: "
                       "%(default)s)", JOIN, choices=tuple(JOIN_TYPES))
     window: str = option(DEFAULT_WINDOW, "tumbling window that must hold both the impression "
@@ -157,14 +144,6 @@ class JoinSettings(JobSettings):
                   impression_delay_ms=parse_duration_ms(impression,
                                                         "--impression-watermark-delay"),
                   visit_delay_ms=parse_duration_ms(visit, "--visit-watermark-delay"))
-
-
-def parse_args(argv=None) -> JoinSettings:
-    """The join's settings from its command line (``ClickJoinJob.parse``).
-
-    :param argv: the arguments (default: ``sys.argv[1:]``).
-    """
-    return JOB.parse(argv)
 
 
 class ClickJoinRun(MicroBatchProgress):
@@ -206,7 +185,7 @@ class ClickJoinRun(MicroBatchProgress):
         progress = progress_dict(p)
         rows = self.state.add(progress)
         row = rows[0] if rows else self.state.rows()[-1]
-        return batch_counts(progress, row)
+        return click_join.batch_counts(progress, row)
 
     def line(self, batch: dict) -> str:
         return (f"batch {batch['batch_id']}: read {batch['records_read']} records "
@@ -240,19 +219,20 @@ class ClickJoinRun(MicroBatchProgress):
                   "visit": settings.visit_watermark_delay}
         policy = "lower" if self.expected.watermark_policy == "min" else "higher"
         promised = {side.name: {"strategy": side.strategy,
-                                "rule": promised_rule(side, settings.window)}
+                                "rule": click_join.promised_rule(side, settings.window)}
                     for side in self.expected.sides()}
         detected = spark_plan = None
         if self.inspection is not None:
             inspection = self.inspection
             detected = {"batch_id": inspection.batch_id,
-                        "watermark": iso_or_none(inspection.eviction_watermark_ms)}
+                        "watermark": click_join.iso_or_none(inspection.eviction_watermark_ms)}
             spark_plan = {"batch_id": inspection.batch_id, "join_node": inspection.node,
                           "late_events_watermark_ms": inspection.late_events_watermark_ms,
                           "eviction_watermark_ms": inspection.eviction_watermark_ms}
-            for name, side in zip(SIDES, inspection.sides()):
-                detected[name] = {"strategy": side.strategy, "rule": detected_rule(name, side),
-                                  "threshold": iso_or_none(side.threshold_ms)}
+            for name, side in zip(click_join.SIDES, inspection.sides()):
+                detected[name] = {"strategy": side.strategy,
+                                  "rule": click_join.detected_rule(name, side),
+                                  "threshold": click_join.iso_or_none(side.threshold_ms)}
                 spark_plan[f"{name}_predicate"] = side.predicate
         batches = self.batches
         return {
@@ -260,9 +240,9 @@ class ClickJoinRun(MicroBatchProgress):
             "watermark_delay": delays,
             # Both sides' watermarks see every valid record: they are applied before the split.
             "watermark": (f"W is the {policy} of the impression side's watermark (latest ts - "
-                          f"{exact_duration(settings.impression_delay_ms)}) and the "
+                          f"{click_join.exact_duration(settings.impression_delay_ms)}) and the "
                           f"visit side's (latest ts - "
-                          f"{exact_duration(settings.visit_delay_ms)}), the latest ts "
+                          f"{click_join.exact_duration(settings.visit_delay_ms)}), the latest ts "
                           "taken over every valid record, heartbeats included; a row whose ts is "
                           "at or below W when it arrives is late and dropped"),
             "deduplication": ("records with the same event_id count once per side: a copy is "
@@ -325,14 +305,14 @@ def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> C
     # Both sides' plans hold this one observation, each branch over every record, and Spark
     # reports it once per batch: a count of the records read, each once.
     classified = classified_stream(spark, settings, settings.max_files_per_trigger).observe(
-        INPUT_METRICS, F.count(F.lit(1)).alias("records"))
-    result = build_click_join(
+        click_join.INPUT_METRICS, F.count(F.lit(1)).alias("records"))
+    result = click_join.build_click_join(
         valid_events(classified), strategy=settings.strategy, how=settings.how,
         window=settings.window, max_delay=settings.max_delay,
         impression_delay_ms=settings.impression_delay_ms, visit_delay_ms=settings.visit_delay_ms)
     if not settings.quiet:
         print("operator's promise:\n" + result.describe(), file=sys.stderr, flush=True)
-    output = result.df.observe(OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
+    output = result.df.observe(click_join.OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
     query = start_file_sink(output, settings, "click_join")
     dead_letter_query = start_dead_letter_stream(
         classified_stream(spark, settings, None), settings.dead_letter,
@@ -377,16 +357,8 @@ class ClickJoinJob(StreamingJob):
 
 
 JOB = ClickJoinJob()
-
-
-def main(argv=None) -> int:
-    """Run the join; returns its exit code (``commandline.exits.ExitCode``). Whatever goes
-    wrong ends with one ``error:`` line on stderr (``jobs.command``).
-
-    :param argv: the arguments (default: ``sys.argv[1:]``).
-    """
-    return JOB.main(argv)
-
+# The command line's settings, and the command itself (exit code returned): the skeleton's.
+parse_args, main = JOB.parse, JOB.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -298,11 +298,20 @@ def route_jvm_log(log_file: str) -> None:
 
     :param log_file: the file (created, appended to).
     """
+    from py4j.protocol import Py4JError
     from pyspark import SparkContext
 
     path = Path(log_file).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     jvm = SparkContext._jvm
+    try:
+        # spark-submit started with Spark's default profile, and Spark re-applies a default
+        # profile when the SparkContext starts; forgetting it first leaves ours in place
+        # (org.apache.spark.internal.Logging.uninitialize, public in the JVM's bytecode).
+        logging_object = jvm.java.lang.Class.forName("org.apache.spark.internal.Logging$")
+        logging_object.getField("MODULE$").get(None).uninitialize()
+    except Py4JError:  # another Spark version: the start-up lines may then reach the terminal
+        pass
     jvm.java.lang.System.setProperty(LOG_FILE_PROPERTY, str(path))
     jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
         jvm.java.net.URI(LOG4J2_PROPERTIES.as_uri()))
