@@ -77,23 +77,25 @@ def add_options(parser: argparse.ArgumentParser, cls: type, titles: Mapping[str,
             meta = f.metadata
             default = defaults.get(f.name, f.default)
             arguments: dict = {"dest": f.name, "default": default, "help": meta["help"]}
-            if meta["action"]:
-                arguments["action"] = meta["action"]
+            action = meta.get("action")
+            if action:
+                arguments["action"] = action
             elif isinstance(default, bool):
                 arguments["action"] = argparse.BooleanOptionalAction
-            if meta["action"] not in ("store_true", "store_false") \
-                    and not isinstance(default, bool):
-                kind = meta["type"] or (type(default) if type(default) in (int, float) else None)
+            if action not in ("store_true", "store_false") and not isinstance(default, bool):
+                kind = meta.get("type") or (type(default) if type(default) in (int, float)
+                                            else None)
                 if kind is not None:
                     arguments["type"] = kind
-                if meta["choices"]:
+                if meta.get("choices"):
                     arguments["choices"] = meta["choices"]
-                metavar = meta["metavar"] or ("DURATION" if meta["kind"] == "duration" else None)
+                metavar = meta.get("metavar") or ("DURATION" if meta.get("kind") == "duration"
+                                                  else None)
                 if metavar is None and kind in (int, float):
                     metavar = "N" if kind is int else "X"
                 if metavar is not None:
                     arguments["metavar"] = metavar
-            if meta["required"]:
+            if meta.get("required"):
                 arguments["required"] = True
             section.add_argument(meta.get("flag") or flag(f), **arguments)
 

@@ -179,10 +179,11 @@ def start_spark(settings, stop: Optional[StopRequests] = None):
 
     Started with plain python, the JVM is this command's child and writes everything to
     ``--log-file``. Under ``spark-submit`` the JVM is the process a user or a scheduler signals,
-    and it started before this driver: before the SparkContext starts, its log4j output is sent
-    to ``--log-file`` (``route_jvm_log``) and its SIGTERM and SIGINT handlers are replaced by
-    ones that call ``stop`` (``forward_jvm_signals``), so the signal stops the run after the
-    current micro-batch instead of shutting the JVM down under the driver.
+    and it started before this driver: before the SparkContext starts, its SIGTERM and SIGINT
+    handlers are replaced by ones that call ``stop`` (``forward_jvm_signals``), so the signal
+    stops the run after the current micro-batch instead of shutting the JVM down under the
+    driver, and its log4j output is sent to ``--log-file`` (``route_jvm_log``), unless the
+    driver runs in the cluster (``--deploy-mode cluster``), whose manager keeps its log.
 
     :param settings: the command's ``jobs.settings.JobSettings``.
     :param stop: the command's ``StopRequests``, installed again once the SparkContext has
@@ -203,13 +204,17 @@ def start_spark(settings, stop: Optional[StopRequests] = None):
     check_writable_dir(str(Path(log_file).parent), "--log-file's directory", ExitCode.OUTPUT)
     started = time.monotonic()
     if launched_by_spark_submit():
-        from pyspark import SparkContext
+        from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, no context yet
         restore = forward_jvm_signals(stop, ("TERM", "INT")) if stop else (lambda: None)
-        route_jvm_log(log_file)
+        if SparkConf().get("spark.submit.deployMode", "client") == "cluster":
+            log_file = None  # the cluster manager keeps the driver's log (e.g. YARN's)
+        else:
+            route_jvm_log(log_file)
         if not quiet:
-            print(f"starting Spark under spark-submit; Spark's log: {log_file} ...",
+            where = log_file or "as the cluster keeps it"
+            print(f"starting Spark under spark-submit; Spark's log: {where} ...",
                   file=sys.stderr, flush=True)
         spark = build_spark_session(app, **options)
     else:
