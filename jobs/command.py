@@ -84,12 +84,16 @@ class StreamingJob:
 
     # -- before Spark starts -------------------------------------------------------------------
     def waits_for_input(self, settings: JobSettings) -> bool:
-        """True when the run keeps polling for files, so an empty input directory is fine."""
+        """True when the run keeps polling for files, so an empty input directory is fine.
+
+        :param settings: the run's settings.
+        """
         return settings.streaming
 
     def preflight(self, settings: JobSettings) -> JobSettings:
         """Every check that needs no Spark; returns the settings the run goes on with.
 
+        :param settings: the settings parsed from the command line.
         :raises Failure: with the exit code of the kind of problem.
         """
         waiting = check_input(settings.events, settings.format, self.waits_for_input(settings))
@@ -102,27 +106,49 @@ class StreamingJob:
         return self.checks(settings)
 
     def check_outputs(self, settings: JobSettings) -> None:
-        """The checkpoint, output and dead-letter directories of a streaming run."""
+        """The checkpoint, output and dead-letter directories of a streaming run.
+
+        :param settings: the run's settings.
+        :raises Failure: ``ExitCode.CHECKPOINT`` or ``ExitCode.OUTPUT``.
+        """
         check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
         check_sink_directory(settings.output, "--output", settings.checkpoint)
         check_sink_directory(settings.dead_letter, "--dead-letter",
                              settings.dead_letter_checkpoint)
 
     def checks(self, settings: JobSettings) -> JobSettings:
-        """The job's own checks before Spark starts; returns the settings to run with."""
+        """The job's own checks before Spark starts; returns the settings to run with.
+
+        :param settings: the run's settings, after the shared checks.
+        :raises Failure: with the exit code of the kind of problem.
+        """
         return settings
 
     # -- the job -------------------------------------------------------------------------------
     def run(self, spark, settings: JobSettings, stop: Optional[StopRequests] = None) -> Any:
-        """Run the job until its trigger finishes or ``stop`` is requested; its result."""
+        """Run the job until its trigger finishes or ``stop`` is requested; its result.
+
+        :param spark: the session.
+        :param settings: the run's settings.
+        :param stop: the command's stop requests (``None``: none).
+        """
         raise NotImplementedError(type(self))
 
     def report(self, result: Any, settings: JobSettings, stop: StopRequests) -> str:
-        """The final report of ``result``, printed on stdout."""
+        """The final report of ``result``, printed on stdout.
+
+        :param result: what ``run`` returned.
+        :param settings: the run's settings.
+        :param stop: the command's stop requests (the report names the signal, if any).
+        """
         raise NotImplementedError(type(self))
 
     def write_files(self, result: Any, settings: JobSettings) -> None:
-        """The files a job writes after its report (``--report-json``, ``--metrics``)."""
+        """The files a job writes after its report (``--report-json``, ``--metrics``).
+
+        :param result: what ``run`` returned.
+        :param settings: the run's settings.
+        """
 
     # -- the skeleton --------------------------------------------------------------------------
     def main(self, argv: Optional[Sequence[str]] = None) -> int:

@@ -174,7 +174,10 @@ class MicroBatchProgress:
         raise NotImplementedError(type(self))
 
     def line(self, record: dict) -> Optional[str]:
-        """The progress line of a micro-batch's record (``_account``'s)."""
+        """The progress line of a micro-batch's record (``_account``'s).
+
+        :param record: the micro-batch's record.
+        """
         return None
 
     def _after(self, p) -> None:

@@ -208,7 +208,8 @@ def start_spark(settings, stop: Optional[StopRequests] = None):
 
         SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, no context yet
         restore = forward_jvm_signals(stop, ("TERM", "INT")) if stop else (lambda: None)
-        if SparkConf().get("spark.submit.deployMode", "client") == "cluster":
+        if SparkConf().get("spark.submit.deployMode", "client") == "cluster" \
+                or not LOG4J2_PROPERTIES.exists():
             log_file = None  # the cluster manager keeps the driver's log (e.g. YARN's)
         else:
             route_jvm_log(log_file)

@@ -30,7 +30,10 @@ SHARED_GROUPS = {INPUT: "input", OUTPUT: "output", DEAD_LETTER: "dead letter (in
 
 
 def duration(text: str) -> str:
-    """argparse type of a duration option: the text, once ``joins.durations`` can read it."""
+    """argparse type of a duration option: the text, once ``joins.durations`` can read it.
+
+    :param text: the option's value.
+    """
     try:
         parse_duration_ms(text)
     except ValueError as err:
@@ -39,7 +42,10 @@ def duration(text: str) -> str:
 
 
 def spark_setting(text: str) -> str:
-    """argparse type of ``--conf``: ``KEY=VALUE`` with a non-empty key."""
+    """argparse type of ``--conf``: ``KEY=VALUE`` with a non-empty key.
+
+    :param text: the option's value.
+    """
     key, equals, _ = text.partition("=")
     if not equals or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. spark.ui.enabled=true)")
@@ -47,7 +53,10 @@ def spark_setting(text: str) -> str:
 
 
 def default_log_file(app_name: str) -> str:
-    """Where a job started at this moment writes Spark's log unless ``--log-file`` says."""
+    """Where a job started at this moment writes Spark's log unless ``--log-file`` says.
+
+    :param app_name: the job's name (``JobSettings.APP``).
+    """
     return f"out/logs/{app_name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
 
 
@@ -156,5 +165,8 @@ class JobSettings:
         return self.checkpoint.rstrip("/") + "/dead-letter"
 
     def replace(self, **changes: Any) -> "JobSettings":
-        """A copy with ``changes`` (derived fields derived again)."""
+        """A copy with ``changes`` (derived fields derived again).
+
+        :param changes: field name -> new value.
+        """
         return dataclasses.replace(self, **changes)
