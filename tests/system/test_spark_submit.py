@@ -11,18 +11,21 @@ its progress as JSON lines (``--progress-json``), one per micro-batch.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from commandline.exits import ExitCode
-from support import CH7_DIR, ROOT, assert_no_traceback, command_environment, stage_in_arrival_order
+from support import (
+    CH7_DIR,
+    ROOT,
+    assert_no_traceback,
+    signal_after_batch_1,
+    stage_in_arrival_order,
+)
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
@@ -47,30 +50,13 @@ def test_sigterm_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path,
                "--max-files-per-trigger", "1", "--trigger", "3 seconds",
                "--log-file", "spark.log", "--progress-json", "progress.jsonl",
                "--conf", "spark.ui.enabled=true", *options]
-    env = {**command_environment(), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
-    job = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    watchdog = threading.Timer(WAIT_SECONDS, os.killpg, (job.pid, signal.SIGKILL))
-    watchdog.start()
-    try:
-        # spark-submit's PythonRunner merges the driver's stderr into its stdout.
-        before = []
-        for line in job.stdout:
-            before.append(line)
-            if line.startswith("batch 1:"):
-                break
-        assert before and before[-1].startswith("batch 1:"), "".join(before)
-        os.kill(job.pid, signal.SIGTERM)  # spark-submit's process alone: the JVM
-        after, jvm_stderr = job.communicate()
-    finally:
-        watchdog.cancel()
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-    output = "".join(before) + after
+    # spark-submit's PythonRunner merges the driver's stderr into its stdout; the signal goes
+    # to spark-submit's process alone: the JVM.
+    code, output, jvm_stderr = signal_after_batch_1(command, tmp_path, signal.SIGTERM,
+                                                    watch="stdout",
+                                                    wait_seconds=WAIT_SECONDS)
 
-    assert job.returncode == ExitCode.TERMINATED, (output + jvm_stderr)[-3000:]
+    assert code == ExitCode.TERMINATED, (output + jvm_stderr)[-3000:]
     assert_no_traceback(output + jvm_stderr)
     assert "SIGTERM: stopping after the current micro-batch" in output
     lines = output.rstrip().splitlines()

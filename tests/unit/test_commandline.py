@@ -99,38 +99,26 @@ def test_a_signal_forwarded_by_the_jvm_is_a_request_and_both_ways_count_once():
     assert stream.getvalue() == "SIGTERM: stopping soon (send it again to stop at once)\n"
 
 
-def test_a_second_forwarded_signal_exits_at_once():
-    script = ("import signal, time\n"
-              "from commandline.signals import StopRequests\n"
-              "with StopRequests(announce='stopping') as stop:\n"
-              "    stop.forwarded(signal.SIGTERM)\n"
-              "    stop.forwarded(signal.SIGTERM)\n"
-              "    time.sleep(30)\n"
-              "print('not reached')\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            cwd=ROOT, timeout=60)
-    assert result.returncode == ExitCode.TERMINATED
-    assert result.stdout == ""
-    assert result.stderr.splitlines() == [
-        "SIGTERM: stopping (send it again to stop at once)",
-        "SIGTERM again: stopping at once; the micro-batch in flight, if any, is redone on restart"]
-
-
-def test_a_second_signal_exits_at_once():
+@pytest.mark.parametrize("name, send", [
+    ("SIGINT", "os.kill(os.getpid(), signal.SIGINT)"),
+    ("SIGTERM", "stop.forwarded(signal.SIGTERM)"),  # handed on by the JVM, twice
+])
+def test_a_second_signal_exits_at_once(name, send):
     script = ("import os, signal, time\n"
               "from commandline.signals import StopRequests\n"
-              "with StopRequests(announce='stopping'):\n"
-              "    os.kill(os.getpid(), signal.SIGINT)\n"
-              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "with StopRequests(announce='stopping') as stop:\n"
+              f"    {send}\n"
+              f"    {send}\n"
               "    time.sleep(30)\n"
               "print('not reached')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd=ROOT, timeout=60)
-    assert result.returncode == ExitCode.INTERRUPTED
+    assert result.returncode == (ExitCode.INTERRUPTED if name == "SIGINT"
+                                 else ExitCode.TERMINATED)
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        "SIGINT: stopping (send it again to stop at once)",
-        "SIGINT again: stopping at once; the micro-batch in flight, if any, is redone on restart"]
+        f"{name}: stopping (send it again to stop at once)",
+        f"{name} again: stopping at once; the micro-batch in flight, if any, is redone on restart"]
 
 
 def test_input_of_another_format_is_named(tmp_path):
