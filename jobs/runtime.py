@@ -311,12 +311,16 @@ def route_jvm_log(log_file: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     jvm = SparkContext._jvm
     try:
-        # spark-submit started with Spark's default profile, and Spark re-applies a default
-        # profile when the SparkContext starts; forgetting it first leaves ours in place
-        # (org.apache.spark.internal.Logging.uninitialize, public in the JVM's bytecode).
+        # spark-submit's JVM started with Spark's default profile and remembers it, and the
+        # SparkContext applies that profile again when it starts. Spark keeps that memory in a
+        # flag of its Logging object (org.apache.spark.internal.Logging$, Spark 3.3 to 4.x);
+        # cleared, the context keeps the configuration below.
         logging_object = jvm.java.lang.Class.forName("org.apache.spark.internal.Logging$")
-        logging_object.getField("MODULE$").get(None).uninitialize()
-    except Py4JError:  # another Spark version: the start-up lines may then reach the terminal
+        remembered = logging_object.getDeclaredField(
+            "org$apache$spark$internal$Logging$$defaultSparkLog4jConfig")
+        remembered.setAccessible(True)
+        remembered.setBoolean(None, False)
+    except Py4JError:  # another Spark version: its start-up lines may reach the terminal
         pass
     jvm.java.lang.System.setProperty(LOG_FILE_PROPERTY, str(path))
     jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
