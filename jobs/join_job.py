@@ -177,10 +177,6 @@ class ClickJoinRun(MicroBatchProgress):
     def output_rows(self) -> int:
         return self.total("output_rows")
 
-    def poll(self) -> None:
-        """Take the query's micro-batches not taken yet."""
-        self.consume(self.query.recentProgress)
-
     def _account(self, p) -> dict:
         progress = progress_dict(p)
         rows = self.state.add(progress)
