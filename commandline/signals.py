@@ -6,6 +6,11 @@ half-finished call is torn down; SIGTERM kills the process without a word. Insid
 ``StopRequests`` either signal is only recorded: the command checks ``requested`` where stopping
 is safe, finishes there (a streaming job: after the current micro-batch), prints its report and
 exits with ``exit_code``. A second signal exits at once.
+
+A signal may also reach the command through another process: the JVM of a Spark job hands on
+the SIGTERM (and, under ``spark-submit``, the SIGINT) it receives (``forwarded``). A signal sent
+to the whole process group arrives both ways; each way counts its own signals, so that is one
+request, and a second signal by either way exits at once.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ class StopRequests:
         self.stream = stream
         self.signum: Optional[int] = None
         self._previous: dict = {}
+        self._received: set = set()  # the ways a signal came by: "own", "forwarded"
 
     @property
     def requested(self) -> bool:
@@ -73,17 +79,28 @@ class StopRequests:
             signal.signal(signum, handler)
         self._previous = {}
 
-    def _handle(self, signum, _frame) -> None:
+    def forwarded(self, signum: int) -> None:
+        """Record SIGINT or SIGTERM received by another process on this command's behalf (the
+        JVM of a Spark job), as if it had come here; never raises ``KeyboardInterrupt``.
+
+        :param signum: the signal's number.
+        """
+        self._handle(signum, None, way="forwarded")
+
+    def _handle(self, signum, _frame, way: str = "own") -> None:
         stream = self.stream or sys.stderr
         name = signal.Signals(signum).name
-        if self.signum is not None:
+        if way in self._received:
             print(f"{name} again: stopping at once; the micro-batch in flight, if any, is redone "
                   "on restart", file=stream, flush=True)
             sys.stdout.flush()
             os._exit(int(_EXIT_CODES[signum]))
+        self._received.add(way)
+        if self.signum is not None:  # the same request, arrived the other way too
+            return
         self.signum = signum
         if self.announce:
             print(f"{name}: {self.announce} (send it again to stop at once)", file=stream,
                   flush=True)
-        if self.interrupt:
+        if self.interrupt and way == "own":
             raise KeyboardInterrupt(name)

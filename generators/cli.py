@@ -12,11 +12,12 @@ import time
 from typing import Optional, Sequence
 
 from commandline.exits import ExitCode, Failure, exit_codes_help, report_failure
+from commandline.options import add_options
 from commandline.paths import check_writable_dir
 from commandline.signals import StopRequests
 from joins.durations import format_duration_ms
 
-from .params import GROUPS, GeneratorParams, KafkaTarget, duration_ms, param_fields
+from .params import GROUPS, GeneratorParams, KafkaTarget, duration_ms
 from .workers import PARALLEL_MIN_USERS
 
 # Knobs that only shape a finite dataset, or only the endless stream.
@@ -56,30 +57,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_params(parser: argparse.ArgumentParser, skip: set, cls: type = GeneratorParams,
                 groups: tuple = GROUPS) -> None:
-    for group in groups:
-        fields = [f for f in param_fields(group, cls) if f.name not in skip]
-        if not fields:
-            continue
-        section = parser.add_argument_group(_GROUP_TITLES[group])
-        for f in fields:
-            flag = "--" + f.name.replace("_", "-")
-            kind = type(f.default)
-            meta = f.metadata
-            if kind is bool:
-                section.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                     default=f.default, help=meta["help"])
-                continue
-            options = dict(dest=f.name, default=f.default, help=meta["help"])
-            if meta["choices"]:
-                options["choices"] = meta["choices"]
-            if kind in (int, float):
-                options["type"] = kind
-                options["metavar"] = "N" if kind is int else "X"
-            elif meta["kind"] == "duration":
-                options["metavar"] = "DURATION"
-            elif group == "kafka":
-                options["metavar"] = f.name.rsplit("_", 1)[-1].upper()
-            section.add_argument(flag, **options)
+    add_options(parser, cls, {group: _GROUP_TITLES[group] for group in groups}, skip=skip)
 
 
 def build_parser() -> argparse.ArgumentParser:

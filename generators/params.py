@@ -11,7 +11,7 @@ helpers convert them. Lookback, dedup window and watermark delay default to
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from attribution.config import (
@@ -22,6 +22,7 @@ from attribution.config import (
 )
 from attribution.events import InvalidEvent, ts_to_ms
 from attribution.spark.formats import FORMATS
+from commandline.options import option
 
 DISORDER_MODELS = ("bounded", "per-source", "heavy-tail")
 GROUPS = ("dataset", "site", "behaviour", "value", "disorder", "stream")
@@ -37,11 +38,11 @@ def duration_ms(text: Any, what: str = "duration") -> int:
 def _knob(default: Any, help: str, group: str, kind: str = "", choices: tuple = (),
           open_ended: bool = False, **bounds: float) -> Any:
     """A dataclass field carrying its CLI help, group, kind (``duration``/``probability``/...)
-    and numeric bounds, so one declaration drives defaults, validation and ``--help``.
-    An ``open_ended`` duration also accepts ``UNLIMITED``."""
-    return field(default=default, metadata={"help": help, "group": group, "kind": kind,
-                                            "choices": choices, "open_ended": open_ended,
-                                            **bounds})
+    and numeric bounds, so one declaration drives defaults, validation and ``--help``
+    (``commandline.options``, as for the jobs' options). An ``open_ended`` duration also
+    accepts ``UNLIMITED``."""
+    return option(default, help, group, kind=kind, choices=choices, open_ended=open_ended,
+                  **bounds)
 
 
 @dataclass(frozen=True)
@@ -338,9 +339,9 @@ class KafkaTarget:
                                          "instead of event files, --out keeping the stream's "
                                          "state). Records are keyed by user_id; their values "
                                          "are one event each, JSON or Avro binary as --format",
-                                         "kafka")
+                                         "kafka", metavar="HOST:PORT")
     topic: Optional[str] = _knob(None, "the topic (required with --kafka-bootstrap-servers); created if "
-                       "missing", "kafka")
+                       "missing", "kafka", metavar="TOPIC")
     kafka_partitions: int = _knob(3, "partitions of a topic this command creates (an existing "
                                   "topic is used as it is)", "kafka", minimum=1)
 

@@ -23,9 +23,12 @@ from jobs import attribution_job
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="out/example", help="working directory (default: %(default)s)")
-    parser.add_argument("--users", type=int, default=300, help="users to generate (default: %(default)s)")
-    parser.add_argument("--backend", default=None, help="stateful backend (default: the job's default)")
+    parser.add_argument("--out", default="out/example",
+                        help="working directory (default: %(default)s)")
+    parser.add_argument("--users", type=int, default=300,
+                        help="users to generate (default: %(default)s)")
+    parser.add_argument("--backend", default=None,
+                        help="stateful backend (default: the job's default)")
     args = parser.parse_args(argv)
 
     out = Path(args.out)

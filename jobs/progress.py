@@ -11,11 +11,19 @@ row count is not a user count).
 The progress line and the report use the same names for the same numbers: "attributed" is
 always the goals credited to an impression, "organic" the others, "goals" both; with several
 models, "attributed" and "organic" are given per model.
+
+``MicroBatchProgress`` is the one loop over ``query.recentProgress`` that every job follows its
+query with: each micro-batch that ran is taken once, becomes a record (kept in ``history`` and,
+with ``--progress-json``, appended to a file as one JSON line) and a progress line on stderr.
+A job says what a micro-batch's record and line are; ``BatchProgress`` does it for the
+attribution job's output.
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence, TextIO
 
 from attribution.config import DEFAULT_MODELS
@@ -120,8 +128,64 @@ class RunReport:
                          + [f"  {label:<{_LABEL_WIDTH}}: {value}" for label, value in fields])
 
 
-class BatchProgress:
-    """Turns ``query.recentProgress`` into one stderr line per new micro-batch, and totals.
+class MicroBatchProgress:
+    """Follows a query's progress updates: each micro-batch that ran, once, in batch order.
+
+    A subclass says what a micro-batch is: ``_account`` turns its progress update into a
+    record (a JSON-ready dict), ``line`` turns the record into the progress line (``None``: no
+    line), and ``_after`` may warn once the line is out.
+
+    :param quiet: keep the records, print no line.
+    :param stream: where the lines go (default: the ``sys.stderr`` of the moment, so that a
+        redirected or captured stderr sees them).
+    :param json_lines: a file that gets one JSON line per micro-batch, appended as the batch
+        is taken, for a metrics collector (``--progress-json``); ``None``: no file.
+    """
+
+    def __init__(self, quiet: bool = False, stream: Optional[TextIO] = None,
+                 json_lines: Optional[str] = None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.json_lines = Path(json_lines) if json_lines else None
+        self.seen: set[int] = set()
+        self.history: list[dict] = []
+
+    def consume(self, progresses: Iterable) -> None:
+        """Take the micro-batches of ``progresses`` (``query.recentProgress``) not taken yet.
+
+        :param progresses: ``StreamingQueryProgress`` objects (or their JSON dicts).
+        """
+        for p in progresses:
+            batch = p["batchId"] if isinstance(p, dict) else p.batchId
+            if batch in self.seen or not micro_batch_ran(p):
+                continue
+            self.seen.add(batch)
+            record = self._account(p)
+            self.history.append(record)
+            if self.json_lines is not None:
+                with open(self.json_lines, "a") as out:
+                    out.write(json.dumps(record, default=str) + "\n")
+            line = self.line(record)
+            if line and not self.quiet:
+                print(line, file=self.stream, flush=True)
+            self._after(p)
+
+    def _account(self, p) -> dict:
+        raise NotImplementedError(type(self))
+
+    def line(self, record: dict) -> Optional[str]:
+        """The progress line of a micro-batch's record (``_account``'s).
+
+        :param record: the micro-batch's record.
+        """
+        return None
+
+    def _after(self, p) -> None:
+        """Called once a micro-batch's line is out (warnings that follow it)."""
+
+
+class BatchProgress(MicroBatchProgress):
+    """The attribution job's progress: one stderr line per new micro-batch, and totals.
 
     :param metrics_name: the observed metrics of the output (per model goals and attributed,
         users_change).
@@ -134,33 +198,25 @@ class BatchProgress:
         ``None`` takes Spark's state row count as the user count.
     :param users_by_change: the layout reports users by change; with ``users_at_start``
         unknown (``None``), the user count is then unknown too.
+    :param json_lines: a file that gets each micro-batch's record as a JSON line.
     """
 
     def __init__(self, metrics_name: str, models: Sequence[str] = DEFAULT_MODELS,
-                 quiet: bool = False, stream: TextIO = sys.stderr,
-                 users_at_start: Optional[int] = None, users_by_change: bool = False):
+                 quiet: bool = False, stream: Optional[TextIO] = None,
+                 users_at_start: Optional[int] = None, users_by_change: bool = False,
+                 json_lines: Optional[str] = None):
+        super().__init__(quiet=quiet, stream=stream, json_lines=json_lines)
         self.metrics_name = metrics_name
         self.models = tuple(models)
-        self.quiet = quiet
-        self.stream = stream
         self.users_by_change = users_by_change
-        self.seen: set[int] = set()
         self.totals = {"input": 0, "late": 0, "goals": 0, "millis": 0,
                        "attributed": dict.fromkeys(self.models, 0)}
         self.state_rows: Optional[int] = None
         self.users_in_state: Optional[int] = users_at_start
         self.state_bytes: Optional[int] = None
         self.watermark: Optional[str] = None
-        self.history: list[dict] = []
 
-    def consume(self, progresses: Iterable) -> None:
-        for p in progresses:
-            if p.batchId in self.seen or not micro_batch_ran(p):
-                continue
-            self.seen.add(p.batchId)
-            self._account(p)
-
-    def _account(self, p) -> None:
+    def _account(self, p) -> dict:
         ops = p.stateOperators or []
         late = sum(op.numRowsDroppedByWatermark for op in ops)
         state_rows = sum(op.numRowsTotal for op in ops) if ops else None
@@ -186,24 +242,26 @@ class BatchProgress:
             t["attributed"][m] += n
         t["millis"] += millis
         self.state_rows, self.state_bytes, self.watermark = state_rows, state_bytes, watermark
-        self.history.append({"batch": p.batchId, "input": p.numInputRows, "duration_ms": millis,
-                             "input_rate": p.inputRowsPerSecond,
-                             "processed_rate": p.processedRowsPerSecond, "late": late,
-                             "goals": goals, "attributed": attributed,
-                             "attributed_by_model": by_model, "state_rows": state_rows,
-                             "users_in_state": self.users_in_state, "state_bytes": state_bytes,
-                             "watermark": watermark})
-        if not self.quiet:
-            if len(self.models) > 1:
-                credited = f"attributed per model: {per_model(by_model)}"
-            else:
-                credited = f"attributed {attributed}, organic {goals - attributed}"
-            print(f"batch {p.batchId}: input {p.numInputRows} rows in {millis / 1000:.1f} s "
-                  f"(input {rate_text(p.inputRowsPerSecond)}, processed "
-                  f"{rate_text(p.processedRowsPerSecond)}), late dropped {late}, goals {goals} "
-                  f"({credited}), users in state "
-                  f"{_count(self.users_in_state)}, state size {size_text(state_bytes)}, "
-                  f"watermark {watermark_text(watermark)}", file=self.stream, flush=True)
+        return {"batch": p.batchId, "input": p.numInputRows, "duration_ms": millis,
+                "input_rate": p.inputRowsPerSecond, "processed_rate": p.processedRowsPerSecond,
+                "late": late, "goals": goals, "attributed": attributed,
+                "attributed_by_model": by_model, "state_rows": state_rows,
+                "users_in_state": self.users_in_state, "state_bytes": state_bytes,
+                "watermark": watermark}
+
+    def line(self, record: dict) -> str:
+        goals, attributed = record["goals"], record["attributed"]
+        if len(self.models) > 1:
+            credited = f"attributed per model: {per_model(record['attributed_by_model'])}"
+        else:
+            credited = f"attributed {attributed}, organic {goals - attributed}"
+        return (f"batch {record['batch']}: input {record['input']} rows in "
+                f"{record['duration_ms'] / 1000:.1f} s (input {rate_text(record['input_rate'])}, "
+                f"processed {rate_text(record['processed_rate'])}), late dropped "
+                f"{record['late']}, goals {goals} ({credited}), users in state "
+                f"{_count(record['users_in_state'])}, state size "
+                f"{size_text(record['state_bytes'])}, watermark "
+                f"{watermark_text(record['watermark'])}")
 
     def report(self, **fields) -> RunReport:
         t = self.totals

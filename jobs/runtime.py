@@ -10,7 +10,6 @@ with one ``error:`` line (the exit codes and signal handling themselves are
 """
 from __future__ import annotations
 
-import argparse
 import atexit
 import logging
 import os
@@ -21,16 +20,18 @@ import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
-from attribution.spark.readers import FORMATS
 from commandline.exits import ExitCode, Failure
 from commandline.paths import check_readable_dir, check_writable_dir, is_remote
 from commandline.signals import StopRequests
+from jobs.settings import default_log_file
 from jvm import artifacts as jvm_artifacts
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("attribution", "joins", "generators", "jobs", "commandline", "jvm")
+# Settings the project turns off by default and a user may turn on (--conf or spark-submit's).
+USER_CHOICES = ("spark.ui.enabled", "spark.ui.showConsoleProgress")
 ROCKSDB_PROVIDER = ("org.apache.spark.sql.execution.streaming.state."
                     "RocksDBStateStoreProvider")
 
@@ -75,6 +76,14 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     if shuffle_partitions is not None:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     conf.update(extra_conf or {})
+    if launched_by_spark_submit():
+        # The UI is off unless asked for: spark-submit's --conf asks too.
+        from pyspark import SparkConf
+
+        launch_conf = SparkConf()
+        for key in USER_CHOICES:
+            if launch_conf.contains(key) and key not in (extra_conf or {}):
+                conf[key] = launch_conf.get(key)
     settings.update(conf)
     logging_to_file = log_file is not None and not jvm_running()
     if logging_to_file:
@@ -119,13 +128,7 @@ def _start_jvm_logging_to(log_file: str, settings: dict) -> None:
         conf.set(key, value)
     path = Path(log_file)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("py4j", "pyspark", "py.warnings"):
-        logger = logging.getLogger(name)
-        logger.addHandler(handler)
-        logger.propagate = False  # not to the terminal through Python's last-resort handler
-    logging.captureWarnings(True)
+    python_loggers_to(path)
     with open(path, "ab") as log:
         gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
     SparkContext(conf=conf, gateway=gateway)
@@ -154,76 +157,192 @@ def ship_packages(spark) -> Optional[Path]:
     return target
 
 
-def add_stream_options(parser: argparse.ArgumentParser, *, default_output: str,
-                       default_checkpoint: str) -> None:
-    """The input/output/trigger options every streaming job of the project accepts."""
-    parser.add_argument("--events", required=True, metavar="DIR",
-                        help="directory of spec events (JSON lines, Parquet or Avro), read as a "
-                             "file stream")
-    parser.add_argument("--format", choices=FORMATS, default="json",
-                        help="input file format: JSON lines, Parquet or Avro (the generator's "
-                             "formats; default: %(default)s)")
-    parser.add_argument("--output", default=default_output, metavar="DIR",
-                        help="Parquet output directory, written by Spark's exactly-once file sink "
-                             "(default: %(default)s)")
-    parser.add_argument("--checkpoint", default=default_checkpoint, metavar="DIR",
-                        help="checkpoint directory; reuse it to resume after a stop or crash "
-                             "(default: %(default)s)")
-    parser.add_argument("--trigger", default="available-now",
-                        help="'available-now' processes everything present and stops; an interval "
-                             "such as '10 seconds' runs continuously (default: %(default)s)")
-    parser.add_argument("--max-files-per-trigger", type=int, default=None, metavar="N",
-                        help="read at most N new files per micro-batch; with N=1 every file is "
-                             "one watermark step (default: no limit)")
-    parser.add_argument("--master", default=None,
-                        help="Spark master when run with plain python (default: local[*]; "
-                             "spark-submit's --master wins)")
-    parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
-                        help="spark.sql.shuffle.partitions, fixed in the checkpoint at the first "
-                             "run (default: the cores Spark reports, unless set by "
-                             "spark-submit --conf)")
-    parser.add_argument("--log-file", default=None, metavar="FILE",
-                        help="where Spark's own log goes (and its Python workers' output), "
-                             "instead of the terminal; error lines name it (default: "
-                             "out/logs/<job>-<start time>.log; under spark-submit Spark logs as "
-                             "spark-submit is configured)")
+def ship_project(spark) -> None:
+    """``ship_packages``, and the shipped zip on the Python workers' path of the driver too.
 
+    transformWithState starts one Python worker on the driver (Spark's "pre-init" runner),
+    which unpickles the processor without the files added by addPyFile: on a cluster whose
+    PYSPARK_PYTHON cannot import the project it fails with "No module named 'attribution'".
+    The functions' environment does reach it; on executors of other hosts the path is absent
+    and ignored, and there the shipped copy is used.
+    """
+    packages = ship_packages(spark)
+    if packages is not None:
+        environment = spark.sparkContext.environment
+        environment["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(packages), environment.get("PYTHONPATH")) if p)
 
 
 # -- meeting the operator ------------------------------------------------------------------------
 
-def default_log_file(app_name: str) -> str:
-    """Where a job started at this moment writes Spark's log unless ``--log-file`` says."""
-    return f"out/logs/{app_name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-
-
-def start_spark(app_name: str, master: Optional[str], shuffle_partitions: Optional[int],
-                log_file: str, quiet: bool = False, stop: Optional[StopRequests] = None):
+def start_spark(settings, stop: Optional[StopRequests] = None):
     """``build_spark_session`` for a command: announces the 10-20 s JVM start on stderr (unless
-    ``quiet``) and sends Spark's log to ``log_file``.
+    ``--quiet``), keeps Spark's log out of the terminal, has the JVM hand its stop signals to
+    ``stop``, and prints the Spark UI's address when ``--conf spark.ui.enabled=true`` opens it.
 
+    Started with plain python, the JVM is this command's child and writes everything to
+    ``--log-file``. Under ``spark-submit`` the JVM is the process a user or a scheduler signals,
+    and it started before this driver: before the SparkContext starts, its SIGTERM and SIGINT
+    handlers are replaced by ones that call ``stop`` (``forward_jvm_signals``), so the signal
+    stops the run after the current micro-batch instead of shutting the JVM down under the
+    driver, and its log4j output is sent to ``--log-file`` (``route_jvm_log``), unless the
+    driver runs in the cluster (``--deploy-mode cluster``), whose manager keeps its log.
+
+    :param settings: the command's ``jobs.settings.JobSettings``.
     :param stop: the command's ``StopRequests``, installed again once the SparkContext has
         replaced the SIGINT handler with its own (cancel every job, raise KeyboardInterrupt).
-    :returns: the session, and the log file if this call started the JVM (else ``None``: a
-        running session or ``spark-submit`` logs as it was configured to).
-    :raises Failure: ``log_file`` cannot be written (``ExitCode.OUTPUT``).
+    :returns: the session, the log file Spark writes (``None`` for a session that ran already,
+        which logs as it was configured to), and a function that restores the JVM's signal
+        handlers (call it when the command ends).
+    :raises Failure: the log file cannot be written (``ExitCode.OUTPUT``).
     """
-    if jvm_running():
-        spark = build_spark_session(app_name, master, shuffle_partitions)
+    log_file, app, quiet = settings.log_file, settings.APP, settings.quiet
+    options = dict(master=settings.master, shuffle_partitions=settings.shuffle_partitions,
+                   extra_conf=settings.spark_conf)
+    if jvm_running() and not launched_by_spark_submit():
+        spark = build_spark_session(app, **options)
         if stop is not None:
             stop.install()
-        return spark, None
+        return spark, None, lambda: None
     check_writable_dir(str(Path(log_file).parent), "--log-file's directory", ExitCode.OUTPUT)
-    if not quiet:
-        print(f"starting Spark ({master or 'local[*]'}); Spark's log: {log_file} ...",
-              file=sys.stderr, flush=True)
     started = time.monotonic()
-    spark = build_spark_session(app_name, master, shuffle_partitions, log_file=log_file)
+    if launched_by_spark_submit():
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, no context yet
+        restore = forward_jvm_signals(stop, ("TERM", "INT")) if stop else (lambda: None)
+        if SparkConf().get("spark.submit.deployMode", "client") == "cluster" \
+                or not LOG4J2_PROPERTIES.exists():
+            log_file = None  # the cluster manager keeps the driver's log (e.g. YARN's)
+        else:
+            route_jvm_log(log_file)
+        if not quiet:
+            where = log_file or "as the cluster keeps it"
+            print(f"starting Spark under spark-submit; Spark's log: {where} ...",
+                  file=sys.stderr, flush=True)
+        spark = build_spark_session(app, **options)
+    else:
+        if not quiet:
+            print(f"starting Spark ({settings.master or 'local[*]'}); Spark's log: {log_file} "
+                  "...", file=sys.stderr, flush=True)
+        spark = build_spark_session(app, **options, log_file=log_file)
+        # PySpark's JVM ignores SIGINT already; a SIGTERM to the whole process group then
+        # reaches it too, and is handed to ``stop`` instead of shutting it down.
+        restore = forward_jvm_signals(stop, ("TERM",)) if stop else (lambda: None)
     if stop is not None:
         stop.install()
     if not quiet:
         print(f"Spark started in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-    return spark, log_file
+    url = spark.sparkContext.uiWebUrl
+    if url:
+        print(f"Spark UI: {url}", file=sys.stderr, flush=True)
+    return spark, log_file, restore
+
+
+class _JvmSignalHandler:
+    """A ``sun.misc.SignalHandler`` implemented in Python (a py4j callback): the JVM calls
+    ``handle`` on its signal thread when the signal arrives."""
+
+    def __init__(self, stop: StopRequests):
+        self.stop = stop
+
+    def handle(self, signal) -> None:
+        self.stop.forwarded(signal.getNumber())
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
+
+
+def forward_jvm_signals(stop: StopRequests, names: tuple) -> Callable[[], None]:
+    """Make the running JVM hand the signals ``names`` (``"TERM"``, ``"INT"``) to ``stop``
+    instead of running its shutdown hooks, which stop the SparkContext (and under
+    ``spark-submit`` end the Python driver with it).
+
+    The handler is a py4j callback, served by PySpark's callback server in this process. A
+    signal the JVM ignores (PySpark starts its JVM ignoring SIGINT) is left as it is.
+
+    :param stop: the command's stop requests.
+    :param names: the signals, by the JVM's names.
+    :returns: a function that puts the JVM's own handlers back.
+    """
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(SparkContext._gateway)
+    jsignal = SparkContext._jvm.sun.misc.Signal
+    handler = _JvmSignalHandler(stop)
+    previous = {}
+    for name in names:
+        try:
+            previous[name] = jsignal.handle(jsignal(name), handler)
+        except Py4JError:  # "Signal already used by VM or OS", or ignored
+            continue
+
+    def restore() -> None:
+        for name, old in previous.items():
+            try:
+                jsignal.handle(jsignal(name), old)
+            except Py4JError:  # the JVM is gone already
+                pass
+
+    return restore
+
+
+# Spark's log4j2 configuration for a driver started by spark-submit: everything to one file.
+LOG4J2_PROPERTIES = Path(__file__).resolve().parent / "log4j2.properties"
+LOG_FILE_PROPERTY = "streamjoin.log.file"
+
+
+def route_jvm_log(log_file: str) -> None:
+    """Send the running JVM's log4j output to ``log_file`` from now on, with the project's
+    ``jobs/log4j2.properties`` (the file named by the ``streamjoin.log.file`` system property),
+    and the py4j and pyspark Python loggers too.
+
+    For a JVM started before this driver (``spark-submit``): called before the SparkContext
+    starts, it keeps Spark's start-up log off the terminal. What the JVM printed before the
+    driver started (a JVM warning, a hostname WARN line) was printed already; spark-submit's
+    ``--driver-java-options "-Dlog4j2.configurationFile=jobs/log4j2.properties
+    -Dstreamjoin.log.file=FILE"`` routes those as well.
+
+    :param log_file: the file (created, appended to).
+    """
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    path = Path(log_file).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jvm = SparkContext._jvm
+    try:
+        # spark-submit's JVM started with Spark's default profile and remembers it, and the
+        # SparkContext applies that profile again when it starts. Spark keeps that memory in a
+        # flag of its Logging object (org.apache.spark.internal.Logging$, Spark 3.3 to 4.x);
+        # cleared, the context keeps the configuration below.
+        logging_object = jvm.java.lang.Class.forName("org.apache.spark.internal.Logging$")
+        remembered = logging_object.getDeclaredField(
+            "org$apache$spark$internal$Logging$$defaultSparkLog4jConfig")
+        remembered.setAccessible(True)
+        remembered.setBoolean(None, False)
+    except Py4JError:  # another Spark version: its start-up lines may reach the terminal
+        pass
+    jvm.java.lang.System.setProperty(LOG_FILE_PROPERTY, str(path))
+    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
+        jvm.java.net.URI(LOG4J2_PROPERTIES.as_uri()))
+    python_loggers_to(path)
+
+
+def python_loggers_to(path: Path) -> None:
+    """Send the py4j and pyspark Python loggers, and Python's warnings, to ``path``.
+
+    :param path: the log file (appended to).
+    """
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("py4j", "pyspark", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.propagate = False  # not to the terminal through Python's last-resort handler
+    logging.captureWarnings(True)
 
 
 def unexpected_failure(error: BaseException, log_file: Optional[str]) -> Failure:
@@ -246,18 +365,44 @@ def unexpected_failure(error: BaseException, log_file: Optional[str]) -> Failure
     return Failure(ExitCode.FAILED, f"the job failed: {first}; {where}")
 
 
-def check_input(events: str, fmt: str) -> None:
+def check_input(events: str, fmt: str, waits: bool = False) -> Optional[str]:
     """Refuse ``--events`` unless it is a readable directory whose files are not all of another
-    format than ``--format`` (which would make a run that silently reads nothing).
+    format than ``--format`` (which would make a run that silently reads nothing), and that
+    holds a file to read, unless the run ``waits`` for files.
 
+    :param events: the input directory (a remote one is left to Spark).
+    :param fmt: the input format, a key of ``readers.FILE_EXTENSIONS``.
+    :param waits: the run keeps polling for new files (a processing-time trigger), so an
+        empty directory is one that will receive them.
+    :returns: for an empty directory a run waits on, the line that says so; else ``None``.
     :raises Failure: ``ExitCode.INPUT``.
     """
-    from attribution.spark.readers import format_mismatch
+    from attribution.spark.readers import FILE_EXTENSIONS, format_mismatch
 
     check_readable_dir(events, "--events", ExitCode.INPUT)
     mismatch = format_mismatch(events, fmt)
     if mismatch is not None:
         raise Failure(ExitCode.INPUT, mismatch)
+    if is_remote(events) or _holds_a_file(events, FILE_EXTENSIONS[fmt]):
+        return None
+    names = "/".join(FILE_EXTENSIONS[fmt])
+    if waits:
+        return (f"--events {events} holds no {names} file yet: the job waits for them (new "
+                "files are read at each trigger)")
+    raise Failure(ExitCode.INPUT, f"--events {events} holds no {names} file to read; give the "
+                                  "directory of the input files, or a processing-time --trigger "
+                                  "(e.g. '10 seconds') to wait for files to arrive")
+
+
+def _holds_a_file(directory: str, extensions: tuple) -> bool:
+    """True when ``directory`` (or a directory below it) holds a file ending in one of
+    ``extensions``; names starting with ``_`` or ``.`` are skipped, as Spark skips them."""
+    for _, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        if any(name.endswith(extensions) and not name.startswith(("_", "."))
+               for name in files):
+            return True
+    return False
 
 
 def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
@@ -293,6 +438,42 @@ def checkpoint_started(checkpoint: str) -> bool:
     return offsets.is_dir() and any(not p.name.startswith(".") for p in offsets.iterdir())
 
 
+def classified_stream(spark, settings, max_files_per_trigger: Optional[int]):
+    """The input as a stream of records classified valid or invalid (``validation.classify``).
+
+    Validation splits the input before any ``withWatermark``: invalid rows never move event
+    time. A job reads it twice: its query with ``--max-files-per-trigger``, the dead-letter
+    query without (it has no watermark to step, so it takes every new file in one micro-batch).
+
+    :param spark: the session.
+    :param settings: the job's ``JobSettings`` (input and ``--max-future-skew``).
+    :param max_files_per_trigger: at most this many new files per micro-batch (``None``: all).
+    """
+    from attribution.spark.validation import classify, read_raw_stream
+
+    raw = read_raw_stream(spark, settings.events, settings.format, max_files_per_trigger)
+    return classify(raw, settings.format, settings.max_future_skew_ms, settings.max_future_skew)
+
+
+def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):
+    """Start writing ``rows`` to ``--output`` with Spark's exactly-once Parquet file sink,
+    under ``--checkpoint`` and ``--trigger``; return the ``StreamingQuery``.
+
+    :param rows: the streaming DataFrame of the job's output.
+    :param settings: the job's ``JobSettings``.
+    :param query_name: the query's name in Spark's UI and progress.
+    :param partition_columns: the columns the output is partitioned by (``layout.by_date``).
+    """
+    from attribution.spark.pipeline import apply_trigger
+
+    writer = (rows.writeStream.format("parquet").outputMode("append")
+              .partitionBy(*partition_columns)
+              .option("path", settings.output)
+              .option("checkpointLocation", settings.checkpoint)
+              .queryName(query_name))
+    return apply_trigger(writer, settings.trigger).start()
+
+
 def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
     """Stop ``query`` once the micro-batch in flight (if any) has committed.
 
@@ -311,6 +492,29 @@ def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
            and last_batch() == in_flight):
         time.sleep(poll_seconds)
     query.stop()
+
+
+def follow_queries(query, dead_letter_query, stop: Optional[StopRequests], progress,
+                   also: Optional[Callable[[list], None]] = None) -> None:
+    """The progress loop of a job: follow its main query and its dead-letter query until the
+    main one ends (``run_with_dead_letter``), feeding every poll's ``query.recentProgress`` to
+    ``progress`` (a ``jobs.progress.MicroBatchProgress``), and once more at the end for what
+    the last micro-batch committed.
+
+    :param query: the main ``StreamingQuery``.
+    :param dead_letter_query: the ``StreamingQuery`` writing the dead letter.
+    :param stop: the command's stop requests, or ``None``.
+    :param progress: takes the progress updates (``consume``).
+    :param also: called with the same updates after ``progress`` (e.g. an audit).
+    """
+    def poll() -> None:
+        updates = query.recentProgress
+        progress.consume(updates)
+        if also is not None:
+            also(updates)
+
+    run_with_dead_letter(query, dead_letter_query, stop, poll)
+    poll()
 
 
 def run_with_dead_letter(query, dead_letter_query, stop, on_poll: Callable[[], None]) -> None:

@@ -582,3 +582,48 @@ def error_line(stderr: str) -> str:
     assert lines[-1].startswith("error: "), f"stderr does not end with an error line:\n{stderr}"
     assert sum(line.startswith("error: ") for line in lines) == 1, stderr
     return lines[-1]
+
+
+def signal_after_batch_1(command: Sequence[str], cwd, signum: int, to_group: bool = False,
+                         watch: str = "stderr", env: Optional[dict] = None,
+                         wait_seconds: int = 900) -> tuple[int, str, str]:
+    """Run a streaming job's ``command``, send it ``signum`` once its progress line of batch 1
+    is printed on its ``watch`` stream (``stderr``, or ``stdout`` under spark-submit, which
+    merges the driver's stderr into it), and return its exit code, the watched stream's text and
+    the other stream's.
+
+    :param command: the command line (the job should have files left after batch 1).
+    :param cwd: its working directory.
+    :param signum: the signal.
+    :param to_group: send it to the whole process group, as a terminal's Ctrl-C does; else to
+        the process alone, as ``kill PID`` or a container stop does.
+    :param watch: the stream the progress lines are on.
+    :param env: its environment (default: ``command_environment()``).
+    :param wait_seconds: a watchdog kills the group after this long.
+    """
+    import signal
+    import subprocess
+    import threading
+
+    job = subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env or command_environment(),
+                           start_new_session=True)
+    watchdog = threading.Timer(wait_seconds, os.killpg, (job.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        before = []
+        for line in getattr(job, watch):
+            before.append(line)
+            if line.startswith("batch 1:"):
+                break
+        assert before and before[-1].startswith("batch 1:"), "".join(before)
+        (os.killpg if to_group else os.kill)(job.pid, signum)
+        stdout, stderr = job.communicate()
+    finally:
+        watchdog.cancel()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    if watch == "stdout":
+        return job.returncode, "".join(before) + stdout, stderr
+    return job.returncode, "".join(before) + stderr, stdout

@@ -234,7 +234,7 @@ def lever_mode(bench: Bench, args) -> dict:
 def join_mode(bench: Bench, args) -> dict:
     """The click-through join (jobs/join_job.py) once per cleanup strategy, on a dataset of about
     ``args.join_events`` records, next to the native count on the same files."""
-    from jobs.join_job import STRATEGY_CHOICES
+    from attribution.spark.click_join import STRATEGIES
     from jobs.join_job import parse_args as join_args
     from jobs.join_job import run as join_run
 
@@ -246,7 +246,7 @@ def join_mode(bench: Bench, args) -> dict:
     native = bench.run(NATIVE, dataset, 0)
     print(f"{'native window count':<24} {native.seconds:6.1f}s  {native.events_per_s:10,.0f} "
           "events/s")
-    for strategy in STRATEGY_CHOICES:
+    for strategy in STRATEGIES:
         scratch = bench.scratch(f"join-{strategy}")
         argv = ["--events", str(dataset.events_dir), "--format", "parquet", "--quiet",
                 "--strategy", strategy, "--watermark-delay", dataset.watermark_delay,

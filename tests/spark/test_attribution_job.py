@@ -209,7 +209,7 @@ def test_help_explains_every_option():
 def test_bad_arguments_fail_with_one_clear_line(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
                              "--events", str(tmp_path / "missing")], capture_output=True, text=True)
-    assert result.returncode == 2
+    assert result.returncode == 3  # the input cannot be read as asked (checked before Spark)
     assert "is not a directory" in result.stderr
     result = subprocess.run([sys.executable, str(ROOT / "jobs" / "attribution_job.py"),
                              "--events", str(tmp_path), "--lookback", "ninety days"],

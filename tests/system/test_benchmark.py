@@ -120,14 +120,14 @@ def test_allowed_lateness_adds_a_row_per_value_for_each_streaming_backend(spark,
 
 @pytest.mark.slow
 def test_join_mode_runs_every_strategy(spark, tmp_path, capsys):
-    from jobs.join_job import STRATEGY_CHOICES
+    from attribution.spark.click_join import STRATEGIES
 
     args = parse_args(["--only-modes", "--no-warmup", "--join", "--join-events", "2000",
                        "--files", "3", "--work-dir", str(tmp_path / "work")])
     join = run(spark, args)["join"]
     out = capsys.readouterr().out
     assert 1_500 <= join["records"] <= 3_000
-    assert [r["strategy"] for r in join["runs"]] == list(STRATEGY_CHOICES)
+    assert [r["strategy"] for r in join["runs"]] == list(STRATEGIES)
     for r in join["runs"]:
         assert r["strategy"] in out
         assert r["clicks"] > 0 and r["seconds"] > 0 and r["events_per_s"] > 0 and r["ratio"] > 0

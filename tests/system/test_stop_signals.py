@@ -11,12 +11,10 @@ which honours the file sink's log: files of a micro-batch cut short by the stop 
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -31,6 +29,7 @@ from support import (
     committed_attributions,
     stage_in_arrival_order,
 )
+from support import signal_after_batch_1 as run_and_signal
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
@@ -46,29 +45,10 @@ def signal_after_batch_1(command: list, cwd, signum: int, to_group: bool) -> tup
     send ``signum`` once its progress line of batch 1 is printed (to the whole process group
     when ``to_group``, as a terminal's Ctrl-C does, else to the driver alone, as ``kill PID``
     does), and return its exit code, stdout and stderr."""
-    job = subprocess.Popen([sys.executable, *command, "--trigger", "3 seconds"], cwd=cwd,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=command_environment(), start_new_session=True)
-    watchdog = threading.Timer(WAIT_SECONDS, os.killpg, (job.pid, signal.SIGKILL))
-    watchdog.start()
-    try:
-        before = []
-        for line in job.stderr:
-            before.append(line)
-            if line.startswith("batch 1:"):
-                break
-        assert before and before[-1].startswith("batch 1:"), "".join(before)
-        if to_group:
-            os.killpg(job.pid, signum)
-        else:
-            os.kill(job.pid, signum)
-        stdout, after = job.communicate()
-    finally:
-        watchdog.cancel()
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-    return job.returncode, stdout, "".join(before) + after
+    code, stderr, stdout = run_and_signal(
+        [sys.executable, *command, "--trigger", "3 seconds"], cwd, signum, to_group,
+        wait_seconds=WAIT_SECONDS)
+    return code, stdout, stderr
 
 
 @pytest.mark.slow

@@ -87,21 +87,38 @@ def test_install_takes_a_replaced_handler_back_and_exit_restores_the_first():
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_second_signal_exits_at_once():
+def test_a_signal_forwarded_by_the_jvm_is_a_request_and_both_ways_count_once():
+    """The JVM of spark-submit hands on the signal it received (``forwarded``); a signal sent to
+    the whole process group arrives both ways, which is one request, announced once."""
+    stream = io.StringIO()
+    with StopRequests(announce="stopping soon", stream=stream, interrupt=True) as stop:
+        stop.forwarded(signal.SIGTERM)  # never raises, even with interrupt=True
+        assert stop.requested and stop.exit_code == ExitCode.TERMINATED
+        os.kill(os.getpid(), signal.SIGTERM)  # the same request, received by this process too
+        assert stop.signal_name == "SIGTERM"
+    assert stream.getvalue() == "SIGTERM: stopping soon (send it again to stop at once)\n"
+
+
+@pytest.mark.parametrize("name, send", [
+    ("SIGINT", "os.kill(os.getpid(), signal.SIGINT)"),
+    ("SIGTERM", "stop.forwarded(signal.SIGTERM)"),  # handed on by the JVM, twice
+])
+def test_a_second_signal_exits_at_once(name, send):
     script = ("import os, signal, time\n"
               "from commandline.signals import StopRequests\n"
-              "with StopRequests(announce='stopping'):\n"
-              "    os.kill(os.getpid(), signal.SIGINT)\n"
-              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "with StopRequests(announce='stopping') as stop:\n"
+              f"    {send}\n"
+              f"    {send}\n"
               "    time.sleep(30)\n"
               "print('not reached')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd=ROOT, timeout=60)
-    assert result.returncode == ExitCode.INTERRUPTED
+    assert result.returncode == (ExitCode.INTERRUPTED if name == "SIGINT"
+                                 else ExitCode.TERMINATED)
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        "SIGINT: stopping (send it again to stop at once)",
-        "SIGINT again: stopping at once; the micro-batch in flight, if any, is redone on restart"]
+        f"{name}: stopping (send it again to stop at once)",
+        f"{name} again: stopping at once; the micro-batch in flight, if any, is redone on restart"]
 
 
 def test_input_of_another_format_is_named(tmp_path):

@@ -74,13 +74,13 @@ def test_the_job_pins_before_spark_only_when_it_knows_the_partitions(tmp_path):
     events.mkdir()
     args = parse_args(["--events", str(events), "--checkpoint", str(tmp_path / "cp")])
     assert args.state_buckets is None                   # auto
-    pin_checkpoint(args)
+    assert pin_checkpoint(args) == args
     assert not (tmp_path / "cp" / LAYOUT_FILE).exists()  # nothing to check, nothing pinned
-    pin_checkpoint(args, shuffle_partitions=4)
+    args = pin_checkpoint(args, shuffle_partitions=4)
     assert (args.state_buckets, args.bucket_keys) == (128, "aligned")
     args = parse_args(["--events", str(events), "--checkpoint", str(tmp_path / "cp2"),
                        "--shuffle-partitions", "2"])
-    pin_checkpoint(args)
+    args = pin_checkpoint(args)
     assert args.state_buckets == 64
 
 

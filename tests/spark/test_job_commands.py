@@ -1,0 +1,71 @@
+"""The paths of the command skeleton (``jobs.command``) that need Spark, run for both jobs: a
+file Spark cannot decode ends the run with the attribution job's explanation and exit code 3
+(nothing of its micro-batch committed, so a rerun after replacing it resumes there), and
+``--progress-json`` writes one JSON line per micro-batch as the run goes.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from attribution.spark.files import read_events, write_events
+from jobs import attribution_job, join_job
+from support import error_line, stage_in_arrival_order
+
+JOBS = {"attribution": attribution_job, "join": join_job}
+
+
+@pytest.fixture(params=list(JOBS))
+def job(request):
+    return JOBS[request.param]
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_path, ch7_dir,
+                                                                     capsys, name):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    job = JOBS[name]
+    src = tmp_path / "src"
+    src.mkdir()
+    for part in sorted(ch7_dir.glob("part-*.json")):
+        write_events(read_events(part), src / part.name.replace(".json", ".parquet"), "parquet")
+    events = stage_in_arrival_order(sorted(src.glob("*.parquet")), tmp_path / "events")
+    broken = events / "part-00001.parquet"  # impression 123, with a string impression_id
+    good = pq.read_table(broken)
+    mtime = broken.stat().st_mtime
+    pq.write_table(good.set_column(good.schema.get_field_index("impression_id"),
+                                   "impression_id", pa.array(["one-two-three"])), broken)
+    os.utime(broken, (mtime, mtime))
+
+    argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
+            "--checkpoint", str(tmp_path / "cp"), "--max-files-per-trigger", "1", "--quiet",
+            "--watermark-delay", "3 minutes", "--log-file", str(tmp_path / "spark.log")]
+    assert job.main(argv) == 3
+    line = error_line(capsys.readouterr().err)
+    assert "part-00001.parquet cannot be read as events" in line
+    assert "impression_id" in line and "same --checkpoint" in line
+
+    pq.write_table(good, broken)  # the operator's fix: same name, corrected content
+    os.utime(broken, (mtime, mtime))
+    assert job.main(argv) == 0
+    assert spark.read.parquet(str(tmp_path / "out")).count() > 0
+
+
+def test_progress_json_has_one_line_per_micro_batch(spark, tmp_path, ch7_stream_dir, job):
+    progress = tmp_path / "progress.jsonl"
+    settings = job.parse_args(["--events", str(ch7_stream_dir), "--output", str(tmp_path / "o"),
+                               "--checkpoint", str(tmp_path / "cp"), "--quiet",
+                               "--max-files-per-trigger", "2", "--watermark-delay", "3 minutes",
+                               "--progress-json", str(progress)])
+    result = job.run(spark, settings)
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    history = result.history if job is attribution_job else result.batches
+    assert len(lines) == len(history) >= 4  # 7 files, two per micro-batch
+    assert lines == json.loads(json.dumps(history, default=str))
+    read = sum(line["input"] if job is attribution_job else line["records_read"]
+               for line in lines)
+    assert read == len(read_events(ch7_stream_dir))  # every record, in one line or another

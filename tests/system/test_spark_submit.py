@@ -1,0 +1,75 @@
+"""Both jobs run the documented way, under ``spark-submit``: a SIGTERM to the spark-submit
+process (as ``kill PID`` or a scheduler sends it) stops the run after the current micro-batch
+with the final report and exit code 143, and Spark's log goes to ``--log-file``, not to the
+terminal.
+
+Under spark-submit the JVM is the process signalled, and it started the Python driver as its
+child; the job hands the JVM's SIGTERM to its own stop request (``jobs.runtime``). Each run also
+asks for the Spark UI (``--conf spark.ui.enabled=true``, whose address the job prints) and for
+its progress as JSON lines (``--progress-json``), one per micro-batch.
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from commandline.exits import ExitCode
+from support import (
+    CH7_DIR,
+    ROOT,
+    assert_no_traceback,
+    signal_after_batch_1,
+    stage_in_arrival_order,
+)
+
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
+FILES = 7
+
+# job script, its own options, the first line of its report
+JOBS = {
+    "attribution": ("attribution_job.py", ["--watermark-delay", "3 minutes"],
+                    "attribution stream run (applyInPandasWithState) stopped by SIGTERM in "),
+    "join": ("join_job.py", ["--strategy", "state-key", "--max-delay", "3 minutes"],
+             "click-through join (state-key, inner) stopped by SIGTERM: "),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(JOBS))
+def test_sigterm_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name):
+    script, options, title = JOBS[name]
+    events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
+    command = [str(SPARK_SUBMIT), "--master", "local[2]", str(ROOT / "jobs" / script),
+               "--events", str(events), "--output", "out", "--checkpoint", "cp",
+               "--max-files-per-trigger", "1", "--trigger", "3 seconds",
+               "--log-file", "spark.log", "--progress-json", "progress.jsonl",
+               "--conf", "spark.ui.enabled=true", *options]
+    # spark-submit's PythonRunner merges the driver's stderr into its stdout; the signal goes
+    # to spark-submit's process alone: the JVM.
+    code, output, jvm_stderr = signal_after_batch_1(command, tmp_path, signal.SIGTERM,
+                                                    watch="stdout",
+                                                    wait_seconds=WAIT_SECONDS)
+
+    assert code == ExitCode.TERMINATED, (output + jvm_stderr)[-3000:]
+    assert_no_traceback(output + jvm_stderr)
+    assert "SIGTERM: stopping after the current micro-batch" in output
+    lines = output.rstrip().splitlines()
+    assert lines[-1] == "stopped by SIGTERM; rerun with the same --checkpoint to resume"
+    report = next(line for line in lines if line.startswith(title))
+    batches = int(re.search(r"(\d+) batch", report).group(1))
+    assert 2 <= batches < FILES  # stopped after batch 1's successor at the latest, files left
+
+    # Spark's log is in the file, none of its INFO lines on the terminal.
+    assert not [line for line in (output + jvm_stderr).splitlines() if " INFO " in line]
+    assert " INFO SparkContext: Running Spark version" in (tmp_path / "spark.log").read_text()
+    assert re.search(r"^Spark UI: http://\S+:\d+$", output, re.M), output[-3000:]
+    progress = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text()
+                .splitlines()]
+    assert len(progress) == batches
+    assert [p.get("batch", p.get("batch_id")) for p in progress] == list(range(batches))
