@@ -371,21 +371,22 @@ def check_input(events: str, fmt: str, waits: bool = False) -> Optional[str]:
     holds a file to read, unless the run ``waits`` for files.
 
     :param events: the input directory (a remote one is left to Spark).
-    :param fmt: the input format, a key of ``readers.FILE_EXTENSIONS``.
+    :param fmt: the input format, a key of ``formats.EVENT_FORMATS``.
     :param waits: the run keeps polling for new files (a processing-time trigger), so an
         empty directory is one that will receive them.
     :returns: for an empty directory a run waits on, the line that says so; else ``None``.
     :raises Failure: ``ExitCode.INPUT``.
     """
-    from attribution.spark.readers import FILE_EXTENSIONS, format_mismatch
+    from attribution.spark.formats import event_format, format_mismatch
 
     check_readable_dir(events, "--events", ExitCode.INPUT)
     mismatch = format_mismatch(events, fmt)
     if mismatch is not None:
         raise Failure(ExitCode.INPUT, mismatch)
-    if is_remote(events) or _holds_a_file(events, FILE_EXTENSIONS[fmt]):
+    extensions = event_format(fmt).extensions
+    if is_remote(events) or _holds_a_file(events, extensions):
         return None
-    names = "/".join(FILE_EXTENSIONS[fmt])
+    names = "/".join(extensions)
     if waits:
         return (f"--events {events} holds no {names} file yet: the job waits for them (new "
                 "files are read at each trigger)")

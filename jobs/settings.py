@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from attribution.config import parse_duration_ms
-from attribution.spark.readers import FORMATS
+from attribution.spark.formats import FORMATS
 from attribution.spark.validation import DEFAULT_MAX_FUTURE_SKEW
 from commandline.options import option
 

@@ -14,8 +14,16 @@ from support import ROOT
 _PROBE = """
 import json, pkgutil, sys
 import attribution
-core = sorted(m.name for m in pkgutil.walk_packages(attribution.__path__, "attribution.")
-              if not m.name.startswith("attribution.spark"))
+def modules(path, prefix):
+    # walk_packages would import attribution.spark's subpackages to look inside them
+    for m in pkgutil.iter_modules(path, prefix):
+        if m.name == "attribution.spark":
+            continue
+        yield m.name
+        if m.ispkg:
+            yield from modules([m.module_finder.path + "/" + m.name.rsplit(".", 1)[-1]],
+                               m.name + ".")
+core = sorted(modules(attribution.__path__, "attribution."))
 for name in core:
     __import__(name)
 engines = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "pandas", "pyarrow"))
