@@ -105,7 +105,13 @@ class AttributionConfig:
                      dedup_window: str = DEFAULT_DEDUP_WINDOW,
                      models: str = ",".join(DEFAULT_MODELS),
                      half_life: str = DEFAULT_HALF_LIFE) -> "AttributionConfig":
-        """A configuration from the CLI's text forms (durations, comma-separated models)."""
+        """A configuration from the CLI's text forms (durations, comma-separated models).
+
+        :param lookback: how far back a goal looks for impressions, as a duration (``"7 days"``).
+        :param dedup_window: the width of rule 3's impression buckets, as a duration.
+        :param models: the attribution models to run, comma-separated names from ``MODELS``.
+        :param half_life: the half-life of ``time_decay``'s weights, as a duration.
+        """
         return cls(lookback_ms=parse_duration_ms(lookback, "lookback"),
                    dedup_window_ms=parse_duration_ms(dedup_window, "dedup window"),
                    models=parse_models(models),

@@ -47,6 +47,8 @@ def copy_order(record: Union[Visit, Impression]) -> tuple:
     for a visit (a value counts on goals only, as only goals keep one). A missing value comes
     before any value, ``false`` before ``true``, text compares by code points and ``-0.0`` comes
     before ``0.0``. Two copies with equal keys hold the same stored record.
+
+    :param record: one copy of a visit or an impression.
     """
     if isinstance(record, Impression):
         return (record.ts, "impression", record.impression_id, record.source_url,
@@ -127,6 +129,11 @@ class UserAttribution:
     """
 
     def __init__(self, user_id: str, config: AttributionConfig = AttributionConfig()):
+        """An empty state for one user.
+
+        :param user_id: the user whose events this state holds.
+        :param config: the attribution rules' parameters.
+        """
         self.user_id = user_id
         self.config = config
         self.visits: dict[str, Visit] = {}
@@ -425,6 +432,8 @@ class UserAttribution:
         Visits go once ``ts < W - L - lookback``; impressions once their dedup bucket ends at or
         before ``W - L - lookback`` (``L``, the allowed lateness, keeps everything a record
         still acceptable may need). Pending goals are never dropped: call ``fire`` first.
+
+        :param watermark: the event-time watermark, in epoch milliseconds.
         """
         horizon = watermark - self.config.allowed_lateness_ms - self.config.lookback_ms
         window = self.config.dedup_window_ms
@@ -458,7 +467,11 @@ class UserAttribution:
         """When a visit at ``max_ts`` stops mattering, and so a lower bound of ``expires_at`` for
         any state holding an event at ``max_ts`` (an impression lives to its bucket's end): a
         backend can schedule a wake-up for events it has not decoded yet, knowing only their
-        times."""
+        times.
+
+        :param max_ts: the latest event time held, in epoch milliseconds.
+        :param config: the attribution rules' parameters (its lookback and allowed lateness count).
+        """
         return max_ts + config.lookback_ms + config.allowed_lateness_ms + 1
 
     def next_wakeup(self, every_move: bool = False) -> Optional[int]:
@@ -489,7 +502,11 @@ class UserAttribution:
 
     def advance(self, watermark: int, previous: Optional[int] = None) -> list[Attribution]:
         """Fire, then garbage-collect, at ``watermark``: what a timer firing does (``previous``:
-        see ``fire``)."""
+        see ``fire``).
+
+        :param watermark: the event-time watermark, in epoch milliseconds.
+        :param previous: the watermark of the previous firing, or ``None`` (see ``fire``).
+        """
         rows = self.fire(watermark, previous)
         self.gc(watermark)
         return rows

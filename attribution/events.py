@@ -73,6 +73,8 @@ def ts_to_ms(value: Any) -> int:
     Accepts ISO-8601 strings with an explicit UTC offset (``...Z`` or ``+00:00``), aware or naive
     (taken as UTC) datetimes and pandas Timestamps, and integers already in milliseconds.
     Raises ``InvalidEvent`` otherwise.
+
+    :param value: the event-time value to convert.
     """
     if value is None:
         raise InvalidEvent("missing ts")
@@ -139,6 +141,8 @@ def parse_event(record: Mapping[str, Any]) -> Event:
     """Validate one raw record (a dict as read from JSON, Parquet or Avro) into an ``Event``.
 
     Raises ``InvalidEvent`` with the reason when the record breaks the schema.
+
+    :param record: the raw record, field name to value.
     """
     if not isinstance(record, Mapping):
         raise InvalidEvent(f"record must be an object, got {type(record).__name__}")
@@ -179,7 +183,10 @@ def parse_event(record: Mapping[str, Any]) -> Event:
 
 
 def validate(record: Mapping[str, Any]) -> Optional[str]:
-    """Return the reason a record is invalid, or ``None`` when it is a valid event."""
+    """Return the reason a record is invalid, or ``None`` when it is a valid event.
+
+    :param record: the raw record, field name to value.
+    """
     try:
         parse_event(record)
     except InvalidEvent as err:
@@ -188,7 +195,10 @@ def validate(record: Mapping[str, Any]) -> Optional[str]:
 
 
 def parse_events(records: Iterable[Mapping[str, Any]]) -> Iterator[Event]:
-    """Parse many records, raising ``InvalidEvent`` (with the record's position) on the first bad one."""
+    """Parse many records, raising ``InvalidEvent`` (with the record's position) on the first bad one.
+
+    :param records: the raw records, each field name to value.
+    """
     for position, record in enumerate(records):
         try:
             yield parse_event(record)

@@ -66,6 +66,9 @@ _MODEL_RANK = {m: k for k, m in enumerate(MODELS)}
 def sort_key(row: Attribution) -> tuple:
     """The canonical order of output rows, for comparing one path's output with another's:
     user, goal order, model order, then impression order (``(ts, impression_id, event_id)``;
-    the one organic row of a goal and model has none)."""
+    the one organic row of a goal and model has none).
+
+    :param row: one output row.
+    """
     return (row.user_id, row.goal_ts, row.goal_event_id, _MODEL_RANK[row.model],
             row.impression_ts or 0, row.impression_id or 0, row.impression_event_id or "")

@@ -76,7 +76,10 @@ class Impression:
         return (self.ts, self.impression_id, self.event_id)
 
     def leads_to(self, visit: Visit) -> bool:
-        """True when the edge ``self -> visit`` exists."""
+        """True when the edge ``self -> visit`` exists.
+
+        :param visit: the visit the edge would end at.
+        """
         return (self.target_url == visit.url and self.source_url == visit.referer
                 and self.key < visit.key)
 
@@ -116,6 +119,11 @@ class ReferrerIndex:
     """
 
     def __init__(self, visits: Iterable[Visit], impressions: Iterable[Impression]):
+        """Index one user's records; the sweep itself is done lazily.
+
+        :param visits: the user's visits.
+        :param impressions: the user's canonical impressions.
+        """
         self._visits = list(visits)
         self._impressions = list(impressions)
         nodes = sorted([*self._visits, *self._impressions], key=BY_TIME)
@@ -143,6 +151,9 @@ class ReferrerIndex:
         the masks of the earlier visits to its referer URL and of the earlier impressions of its
         ``(referer, url)`` pair, two prefix unions kept per group as the sweep goes. The sweep
         never depends on consumption, so consuming never makes it redo anything.
+
+        :param goal: the pending goal visit.
+        :param lookback_ms: how much older than the goal an impression may be, in milliseconds.
         """
         p = self._pos[goal.event_id]
         if p >= self._reached:
@@ -181,13 +192,19 @@ class ReferrerIndex:
     def last_of(self, mask: int) -> int:
         """The bit of rule 5's choice among the impressions of a non-empty ``mask``: the greatest
         ``ts``, then the smallest ``impression_id`` and ``event_id``, i.e. the first in
-        impression order of those at the greatest ``ts``."""
+        impression order of those at the greatest ``ts``.
+
+        :param mask: a non-empty bit mask over ``ordered``.
+        """
         first_at_ts = bisect_left(self._ordered_ts, self.ordered[mask.bit_length() - 1].ts)
         at_ts = mask >> first_at_ts
         return (at_ts & -at_ts) << first_at_ts
 
     def impressions_in(self, mask: int) -> list[Impression]:
-        """The impressions of ``mask``, in impression order."""
+        """The impressions of ``mask``, in impression order.
+
+        :param mask: a bit mask over ``ordered``.
+        """
         ordered, out = self.ordered, []
         while mask:
             low = mask & -mask
@@ -212,7 +229,11 @@ class ReferrerIndex:
                       lambda v: (v.url, v.referer))
 
     def trail(self, impression: Impression, goal: Visit) -> list[Visit]:
-        """The visits strictly between ``impression`` and ``goal``, in forward order (rule 6)."""
+        """The visits strictly between ``impression`` and ``goal``, in forward order (rule 6).
+
+        :param impression: the impression the trail starts after.
+        :param goal: the goal visit the trail ends before.
+        """
         reachable = self._reachable_by_url(impression, goal)
         trail: list[Visit] = []
         current = goal

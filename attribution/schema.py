@@ -86,7 +86,10 @@ OUTPUT_DEFAULTS: dict = {f["name"]: f["default"] for f in OUTPUT_SCHEMA["fields"
 
 
 def unwrap_nullable(avro_type: Any) -> tuple[Any, bool]:
-    """Return (non-null type, nullable) for a field type, unwrapping ``["null", T]`` unions."""
+    """Return (non-null type, nullable) for a field type, unwrapping ``["null", T]`` unions.
+
+    :param avro_type: an Avro field type, possibly a ``["null", T]`` union.
+    """
     if isinstance(avro_type, list):
         non_null = [t for t in avro_type if t != "null"]
         if len(non_null) != 1:
@@ -97,7 +100,10 @@ def unwrap_nullable(avro_type: Any) -> tuple[Any, bool]:
 
 def type_kind(avro_type: Any) -> str:
     """A short name for an Avro type: string, boolean, int, long, double, timestamp, date, enum
-    or array."""
+    or array.
+
+    :param avro_type: an Avro field type, possibly a nullable union.
+    """
     if isinstance(avro_type, dict):
         if avro_type.get("logicalType") == "timestamp-millis":
             return "timestamp"
@@ -111,7 +117,10 @@ def type_kind(avro_type: Any) -> str:
 
 
 def field_kinds(schema: dict) -> dict[str, tuple[str, bool]]:
-    """Map each field of a record schema to ``(kind, nullable)``."""
+    """Map each field of a record schema to ``(kind, nullable)``.
+
+    :param schema: an Avro record schema, as parsed JSON.
+    """
     out = {}
     for f in schema["fields"]:
         t, nullable = unwrap_nullable(f["type"])

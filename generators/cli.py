@@ -246,7 +246,10 @@ def _stream(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``python -m generators`` and the ``streamgen`` console script."""
+    """Entry point of ``python -m generators`` and the ``streamgen`` console script.
+
+    :param argv: the arguments, without the program name; ``None`` reads ``sys.argv``.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     subparser = parser._subparsers._group_actions[0].choices[args.command]

@@ -242,4 +242,8 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
 
 
 def print_progress(message: str) -> None:
+    """Print a progress line on stderr, at once.
+
+    :param message: the line, without its newline.
+    """
     print(message, file=sys.stderr, flush=True)

@@ -31,7 +31,11 @@ UNLIMITED = "unlimited"
 
 
 def duration_ms(text: Any, what: str = "duration") -> int:
-    """Milliseconds of a non-negative duration (``joins.durations`` rules); ``ValueError`` if not."""
+    """Milliseconds of a non-negative duration (``joins.durations`` rules); ``ValueError`` if not.
+
+    :param text: the duration, as text (``"5 minutes"``) or a number of milliseconds.
+    :param what: the parameter's name, for the error message.
+    """
     return parse_duration_ms(text, what)
 
 
@@ -238,7 +242,10 @@ class GeneratorParams:
 
     # -- derived values ----------------------------------------------------------------------------
     def ms(self, name: str) -> int:
-        """A duration parameter in milliseconds."""
+        """A duration parameter in milliseconds.
+
+        :param name: the field's name.
+        """
         return duration_ms(getattr(self, name), name)
 
     @property
@@ -284,12 +291,19 @@ class GeneratorParams:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> "GeneratorParams":
+        """A copy with some fields changed.
+
+        :param changes: the new values, by field name.
+        """
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_options(cls, options: dict) -> "GeneratorParams":
         """Build params from string options (e.g. Spark reader options), matching names without
-        regard to case, dashes or underscores; unknown names are left to the caller."""
+        regard to case, dashes or underscores; unknown names are left to the caller.
+
+        :param options: the options, name to text value.
+        """
         by_key = {f.name.replace("_", "").lower(): f for f in dataclasses.fields(cls)}
         values: dict = {}
         for key, raw in options.items():

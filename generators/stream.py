@@ -49,6 +49,10 @@ class Position:
 
     @classmethod
     def from_offset(cls, offset: dict) -> "Position":
+        """The position an offset from ``to_offset`` holds; ``ValueError`` if it holds none.
+
+        :param offset: the offset, as ``to_offset`` returned it.
+        """
         try:
             return cls(int(offset["segment"]), int(offset["row"]), int(offset["events"]))
         except (KeyError, TypeError, ValueError):
@@ -60,6 +64,10 @@ class EventStream:
     """The endless stream for one set of parameters."""
 
     def __init__(self, params: GeneratorParams):
+        """Build the site and the user pool; refuse blocks too large for their ids.
+
+        :param params: the generator's parameters.
+        """
         most_per_session = params.spam_max_repeats + params.max_walk + 3
         if params.sessions_per_block * most_per_session >= BLOCK_SEQ:
             raise ValueError(f"--sessions-per-block {params.sessions_per_block} is too large: a "
@@ -74,6 +82,10 @@ class EventStream:
         self._sizes: dict[int, int] = {}
 
     def block_start(self, b: int) -> int:
+        """The event time block ``b`` starts at, in epoch milliseconds.
+
+        :param b: the block's index.
+        """
         return self.params.start_ms + b * self.span
 
     def _make_block(self, b: int) -> tuple[EventColumns, np.ndarray]:
@@ -112,9 +124,17 @@ class EventStream:
         return merged.take(order), arrive[order]
 
     def segment(self, k: int) -> EventColumns:
+        """The records arriving in segment ``k``, in arrival order.
+
+        :param k: the segment's index.
+        """
         return self._segment(k)[0]
 
     def segment_size(self, k: int) -> int:
+        """How many records arrive in segment ``k``.
+
+        :param k: the segment's index.
+        """
         if k not in self._sizes:
             self._sizes[k] = len(self._segment(k)[0])
         return self._sizes[k]
@@ -125,12 +145,17 @@ class EventStream:
         Records arrive in arrival-time order and never before their event time, so this is at
         least the event time of every record before ``pos``, and every record from ``pos`` on
         has an event time at most its own delay below it.
+
+        :param pos: a position in the stream.
         """
         pos = self.normalise(pos)
         return int(self._segment(pos.segment)[1][pos.row])
 
     def normalise(self, pos: Position) -> Position:
-        """The same position with ``row`` inside a non-empty segment."""
+        """The same position with ``row`` inside a non-empty segment.
+
+        :param pos: a position in the stream.
+        """
         segment, row = pos.segment, pos.row
         while row >= self.segment_size(segment):
             row -= self.segment_size(segment)
@@ -138,7 +163,11 @@ class EventStream:
         return Position(segment, row, pos.events)
 
     def advance(self, pos: Position, count: int) -> Position:
-        """The position ``count`` records after ``pos``."""
+        """The position ``count`` records after ``pos``.
+
+        :param pos: a position in the stream.
+        :param count: how many records to skip.
+        """
         pos = self.normalise(pos)
         segment, row, left = pos.segment, pos.row, count
         while left > 0:
@@ -151,7 +180,11 @@ class EventStream:
         return self.normalise(Position(segment, row, pos.events + count))
 
     def pieces(self, start: Position, end: Position) -> list[tuple[int, int, int]]:
-        """``(segment, row_from, row_to)`` pieces covering ``[start, end)``."""
+        """``(segment, row_from, row_to)`` pieces covering ``[start, end)``.
+
+        :param start: the first position covered.
+        :param end: the position after the last one covered.
+        """
         start, end = self.normalise(start), self.normalise(end)
         out = []
         segment, row = start.segment, start.row
@@ -163,7 +196,11 @@ class EventStream:
         return out
 
     def read(self, start: Position, count: int) -> tuple[EventColumns, Position]:
-        """The ``count`` records from ``start``, and the position after them."""
+        """The ``count`` records from ``start``, and the position after them.
+
+        :param start: the position of the first record.
+        :param count: how many records to read.
+        """
         end = self.advance(start, count)
         parts = [self.segment(k).take(np.arange(lo, hi)) for k, lo, hi in self.pieces(start, end)]
         if not parts:
@@ -173,5 +210,8 @@ class EventStream:
 
 @functools.lru_cache(maxsize=4)
 def stream_for(params: GeneratorParams) -> EventStream:
-    """One ``EventStream`` per parameter set and process (site and user pool built once)."""
+    """One ``EventStream`` per parameter set and process (site and user pool built once).
+
+    :param params: the generator's parameters.
+    """
     return EventStream(params)

@@ -52,7 +52,11 @@ _TYPE_NAMES = np.array(list(EVENT_TYPES), dtype=object)  # visit=0, impression=1
 
 
 def part_name(index: int, fmt: str) -> str:
-    """``part-00000.json`` and so on; name order is arrival order."""
+    """``part-00000.json`` and so on; name order is arrival order.
+
+    :param index: the file's position in arrival order.
+    :param fmt: the file format, one of ``FORMATS``.
+    """
     return f"part-{index:05d}{EXTENSIONS[fmt]}"
 
 
@@ -60,6 +64,12 @@ class Vocabulary:
     """The distinct strings events index into, with their Arrow and JSON renderings cached."""
 
     def __init__(self, urls: list[str], user_ids: list[str], campaigns: list[str]):
+        """Keep the strings and build their Arrow arrays once.
+
+        :param urls: the site's URLs.
+        :param user_ids: the user ids.
+        :param campaigns: the campaign names.
+        """
         self.urls = urls
         self.user_ids = user_ids
         self.campaigns = campaigns
@@ -86,12 +96,24 @@ class Vocabulary:
         return self._json_tokens("campaigns")
 
     def urls_at(self, index: np.ndarray) -> pa.Array:
+        """The URLs at ``index`` as an Arrow array (index -1 is null).
+
+        :param index: indexes into ``urls``.
+        """
         return _take(self._urls_arrow, np.where(index < 0, len(self.urls), index))
 
     def users_at(self, index: np.ndarray) -> pa.Array:
+        """The user ids at ``index`` as an Arrow array (index -1 is null).
+
+        :param index: indexes into ``user_ids``.
+        """
         return _take(self._users_arrow, np.where(index < 0, len(self.user_ids), index))
 
     def campaigns_at(self, index: np.ndarray) -> pa.Array:
+        """The campaigns at ``index`` as an Arrow array (index -1 is null).
+
+        :param index: indexes into ``campaigns``.
+        """
         return _take(self._campaigns_arrow, np.where(index < 0, len(self.campaigns), index))
 
 
@@ -124,7 +146,10 @@ def numpy_array(values: np.ndarray, type: pa.DataType,
 
 
 def string_array(values: list[Optional[str]]) -> pa.Array:
-    """An Arrow string array of ``values`` (``None`` is null)."""
+    """An Arrow string array of ``values`` (``None`` is null).
+
+    :param values: the strings, ``None`` for null.
+    """
     encoded = [b"" if v is None else v.encode("utf-8") for v in values]
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
@@ -144,6 +169,9 @@ def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
     """Fixed-width ids such as ``ev-000000000042``, built as raw bytes (no Python loop).
 
     Fixed width makes string order equal number order, so generation order breaks ts ties.
+
+    :param seq: the events' sequence numbers.
+    :param prefix: the text before the number.
     """
     seq = np.asarray(seq, dtype=np.int64)
     if len(seq) and (seq.min() < 0 or seq.max() >= 10 ** ID_DIGITS):
@@ -164,7 +192,11 @@ def id_array(seq: np.ndarray, prefix: str = EVENT_ID_PREFIX) -> pa.Array:
 
 
 def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
-    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC)."""
+    """Events as an Arrow table in the event schema (timestamps in microseconds, UTC).
+
+    :param events: the events' columns.
+    :param vocab: the strings the columns index into.
+    """
     visit = events.kind == VISIT
     columns = {
         "event_id": id_array(events.seq),
@@ -185,7 +217,11 @@ def to_arrow(events: EventColumns, vocab: Vocabulary) -> pa.Table:
 
 
 def heartbeat_record(ts_ms: int, seq: int) -> dict:
-    """The trailing heartbeat: an id and a time, every other field null."""
+    """The trailing heartbeat: an id and a time, every other field null.
+
+    :param ts_ms: the heartbeat's event time, in epoch milliseconds.
+    :param seq: the sequence number its id is made of.
+    """
     record = {name: None for name in EVENT_FIELDS}
     record.update(event_id=f"{HEARTBEAT_ID_PREFIX}{seq:0{ID_DIGITS}d}", event_type="heartbeat",
                   ts=ts_ms)
@@ -207,7 +243,11 @@ def _heartbeat_table(record: dict) -> pa.Table:
 
 
 def json_lines(events: EventColumns, vocab: Vocabulary) -> str:
-    """Events as JSON lines, each line equal to ``json.dumps`` of the record."""
+    """Events as JSON lines, each line equal to ``json.dumps`` of the record.
+
+    :param events: the events' columns.
+    :param vocab: the strings the columns index into.
+    """
     goal = np.where(events.kind == VISIT, events.is_goal.astype(np.int64), 2)
     impression = np.where(events.impression_id < 0, "null",
                           events.impression_id.astype(str)).tolist()
@@ -232,7 +272,11 @@ def _json_number(value: Optional[float]) -> str:
 
 
 def avro_records(events: EventColumns, vocab: Vocabulary) -> list[dict]:
-    """Events as dicts for fastavro (``ts`` as epoch milliseconds, nulls as ``None``)."""
+    """Events as dicts for fastavro (``ts`` as epoch milliseconds, nulls as ``None``).
+
+    :param events: the events' columns.
+    :param vocab: the strings the columns index into.
+    """
     urls = np.array(vocab.urls + [None], dtype=object)
     users = np.array(vocab.user_ids + [None], dtype=object)
     campaigns = np.array(vocab.campaigns + [None], dtype=object)
@@ -247,7 +291,11 @@ def avro_records(events: EventColumns, vocab: Vocabulary) -> list[dict]:
 
 
 def sync_marker(seed: int, name: str) -> bytes:
-    """A reproducible Avro sync marker (fastavro would otherwise use random bytes)."""
+    """A reproducible Avro sync marker (fastavro would otherwise use random bytes).
+
+    :param seed: the generator's seed.
+    :param name: the file's name.
+    """
     return hashlib.sha256(f"streamgen:{seed}:{name}".encode()).digest()[:16]
 
 
@@ -257,6 +305,10 @@ def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[i
     Readers that skip hidden files (Spark, ``attribution.spark.files``) never see a partial file, and
     the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
     Spark's file source orders new files by it.
+
+    :param path: the file to write.
+    :param write: writes the content to the path it is given (the temporary file).
+    :param mtime_ns: the modification time to set, in nanoseconds; ``None`` leaves it.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -271,7 +323,10 @@ def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[i
 
 
 def heartbeat_json(heartbeat: dict) -> str:
-    """A heartbeat record as its JSON line (no newline), ``ts`` as in the event files."""
+    """A heartbeat record as its JSON line (no newline), ``ts`` as in the event files.
+
+    :param heartbeat: the heartbeat record (``heartbeat_record``).
+    """
     from attribution.events import ms_to_iso
 
     return json.dumps({**heartbeat, "ts": ms_to_iso(heartbeat["ts"])})
@@ -284,7 +339,10 @@ def _parsed_event_schema():
 
 def avro_value(record: dict) -> bytes:
     """One record as Avro binary in the event schema, without a container file's header: the
-    value of a Kafka record, read with the same schema."""
+    value of a Kafka record, read with the same schema.
+
+    :param record: the record, as ``avro_records`` or ``heartbeat_record`` gives it.
+    """
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, _parsed_event_schema(), record)
     return buffer.getvalue()
@@ -339,7 +397,16 @@ def file_record_values(path: Path, fmt: str) -> list[tuple[str, bytes]]:
 def write_events_file(path: Path, fmt: str, events: Optional[EventColumns], vocab: Vocabulary,
                       seed: int, heartbeat: Optional[dict] = None,
                       mtime_ns: Optional[int] = None) -> int:
-    """Write one event file (or, with ``heartbeat``, a heartbeat file); return its record count."""
+    """Write one event file (or, with ``heartbeat``, a heartbeat file); return its record count.
+
+    :param path: the file to write.
+    :param fmt: the file format, one of ``FORMATS``.
+    :param events: the events' columns; ``None`` with ``heartbeat``.
+    :param vocab: the strings the columns index into.
+    :param seed: the generator's seed (it makes Avro's sync marker reproducible).
+    :param heartbeat: a heartbeat record to write instead of events.
+    :param mtime_ns: the modification time to set, in nanoseconds; ``None`` leaves it.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     path = Path(path)

@@ -178,7 +178,10 @@ def packages_conf() -> dict:
 
 def spark_submit_options(jars: Path = JARS) -> list:
     """The two ways to give ``spark-submit`` the jars, as lines: ``--packages`` (a machine that
-    reaches Maven Central) and ``--jars`` (the fetched folder)."""
+    reaches Maven Central) and ``--jars`` (the fetched folder).
+
+    :param jars: the folder the jars were fetched to.
+    """
     packages = packages_conf()
     folder = jars / SPARK
     names = sorted(j.name for j in (fetched_jars(SPARK, jars) or []))

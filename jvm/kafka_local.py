@@ -42,6 +42,10 @@ class BrokerDir:
     """The files of one broker under its directory."""
 
     def __init__(self, root: str):
+        """The paths of the broker's files; nothing is created.
+
+        :param root: the broker's directory.
+        """
         self.root = Path(root).resolve()
         self.config = self.root / "server.properties"
         self.data = self.root / "data"

@@ -35,6 +35,8 @@ def data_files(path: PathLike) -> list[Path]:
 
     Hidden and underscore-prefixed entries (``_SUCCESS``, ``.part-0.tmp``, ``_spark_metadata``)
     are skipped, as Spark's file sources skip them.
+
+    :param path: a data file, or a directory searched recursively.
     """
     path = Path(path)
     if path.is_file():
@@ -80,7 +82,10 @@ def read_event_records(path: PathLike) -> Iterator[dict]:
 
 
 def read_events(path: PathLike) -> list[Event]:
-    """Read and validate every event under ``path``; raises ``InvalidEvent`` naming the file."""
+    """Read and validate every event under ``path``; raises ``InvalidEvent`` naming the file.
+
+    :param path: a data file, or a directory of them.
+    """
     from ..events import InvalidEvent
 
     events = []
@@ -127,7 +132,10 @@ def write_events(events: Iterable[Event], path: PathLike, fmt: str) -> None:
 
 
 def attributions_to_arrow(rows: Iterable[Attribution]) -> pa.Table:
-    """Rows as an Arrow table in the output schema (timestamps in microseconds, UTC)."""
+    """Rows as an Arrow table in the output schema (timestamps in microseconds, UTC).
+
+    :param rows: the attribution rows.
+    """
     records = []
     for row in rows:
         r = row.to_record()
@@ -139,6 +147,10 @@ def attributions_to_arrow(rows: Iterable[Attribution]) -> pa.Table:
 
 
 def write_attributions(rows: Iterable[Attribution], path: PathLike) -> None:
-    """Write attribution rows as one Parquet file."""
+    """Write attribution rows as one Parquet file.
+
+    :param rows: the attribution rows.
+    :param path: the Parquet file to write.
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(attributions_to_arrow(rows), path)

@@ -51,14 +51,22 @@ def _event_from_json(user_id: str, e: dict) -> Event:
 
 
 def events_from_packed(user_id: str, frame: pd.DataFrame) -> Iterator[Event]:
-    """Events from a frame whose ``PACKED_COLUMN`` holds each event as JSON."""
+    """Events from a frame whose ``PACKED_COLUMN`` holds each event as JSON.
+
+    :param user_id: the user the frame's events belong to.
+    :param frame: a frame with a ``PACKED_COLUMN``.
+    """
     loads = json.loads
     for text in frame[PACKED_COLUMN].tolist():
         yield _event_from_json(user_id, loads(text))
 
 
 def events_from_json_list(user_id: str, packed: str) -> list[Event]:
-    """Events from packed JSON objects joined by commas (``PackedUserBatch.packed``)."""
+    """Events from packed JSON objects joined by commas (``PackedUserBatch.packed``).
+
+    :param user_id: the user the events belong to.
+    :param packed: the events' JSON objects, joined by commas.
+    """
     return [_event_from_json(user_id, e) for e in json.loads(f"[{packed}]")]
 
 
@@ -75,7 +83,10 @@ class PackedUserBatch:
 
 def packed_by_user(frames: Iterable[pd.DataFrame]) -> dict[str, PackedUserBatch]:
     """Packed frames holding several users (``user_id``, ``PACKED_COLUMN``, ``ts_ms``,
-    ``goal_ms``), grouped by user without parsing any JSON."""
+    ``goal_ms``), grouped by user without parsing any JSON.
+
+    :param frames: the packed frames of one call of the stateful function.
+    """
     texts: dict[str, list[str]] = {}
     min_ts: dict[str, int] = {}
     max_ts: dict[str, int] = {}
@@ -111,6 +122,8 @@ def events_from_rows(rows: Iterable) -> Iterator[Event]:
 
     A ``Row`` is a tuple: unpacking it by position skips the per-field name lookup of
     ``row.field``, which is most of the cost at a million rows.
+
+    :param rows: Spark ``Row``s with ``INPUT_COLUMNS``.
     """
     for eid, uid, typ, _ts, ts_ms, url, ref, goal, iid, src, tgt, campaign, value in rows:
         yield Event(eid, uid, typ, int(ts_ms), url, ref, goal is True, iid, src, tgt, campaign,
@@ -138,20 +151,32 @@ def _output_column(kind: str, values: tuple):
 def on_time_watermark(spark_watermark_ms: int, config: AttributionConfig) -> int:
     """Section 8's watermark ``W`` from Spark's. The job gives Spark's watermark a delay longer
     by the allowed lateness ``L``, so that records up to ``L`` behind ``W`` reach the stateful
-    function (Spark drops what is behind its own); ``W`` is Spark's plus ``L``."""
+    function (Spark drops what is behind its own); ``W`` is Spark's plus ``L``.
+
+    :param spark_watermark_ms: Spark's watermark, in epoch milliseconds.
+    :param config: the attribution rules' parameters (its allowed lateness counts).
+    """
     return spark_watermark_ms + config.allowed_lateness_ms
 
 
 def spark_timer(wakeup_ms: int, config: AttributionConfig) -> int:
     """The event-time timer (transformWithState's, which fires once Spark's watermark reaches
     it) for a core's wake-up in ``W``'s terms. Spark wants a positive time; before any watermark
-    (Spark's is 0 then), 1 fires at the first."""
+    (Spark's is 0 then), 1 fires at the first.
+
+    :param wakeup_ms: the core's wake-up time in ``W``'s terms, in epoch milliseconds.
+    :param config: the attribution rules' parameters (its allowed lateness counts).
+    """
     return max(1, wakeup_ms - config.allowed_lateness_ms)
 
 
 def spark_timeout(wakeup_ms: int, config: AttributionConfig) -> int:
     """The event-time timeout (applyInPandasWithState's, which fires once Spark's watermark
-    passes it) for a core's wake-up in ``W``'s terms: one below ``spark_timer``."""
+    passes it) for a core's wake-up in ``W``'s terms: one below ``spark_timer``.
+
+    :param wakeup_ms: the core's wake-up time in ``W``'s terms, in epoch milliseconds.
+    :param config: the attribution rules' parameters (its allowed lateness counts).
+    """
     return max(1, spark_timer(wakeup_ms, config) - 1)
 
 
@@ -165,7 +190,10 @@ STATE_USERS_CHANGE = "state_users_change"
 def users_change_frame(change: int) -> pd.DataFrame:
     """One marker row (see ``STATE_USERS_CHANGE``) as a frame with the output columns: null
     where a column may be, 0 in the int columns (``sign``, ``revision``), which may not and which
-    nobody reads on a marker row (the pipeline drops them before the sink)."""
+    nobody reads on a marker row (the pipeline drops them before the sink).
+
+    :param change: the change in users held (negative when users leave).
+    """
     frame = pd.DataFrame({name: _output_column(kind, (0 if kind == "int" else None,))
                           for name, kind in _OUTPUT_KINDS.items()})
     frame[STATE_USERS_CHANGE] = np.array([change], dtype="int64")
@@ -178,6 +206,8 @@ def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
     Built column-wise from plain numpy arrays: no per-column ``astype``/``to_datetime``, which
     cost milliseconds per call and this runs once per user per micro-batch. Spark converts the
     columns to the output schema's Arrow types itself.
+
+    :param rows: the attribution rows.
     """
     if not rows:
         return pd.DataFrame({name: _output_column(kind, ())
@@ -194,7 +224,10 @@ _EVENT_ARGS = ("event_id", "user_id", "event_type", "ts_ms", "url", "referer", "
 
 
 def events_from_arrow(batch) -> Iterator[Event]:
-    """Events from an Arrow record batch with ``INPUT_COLUMNS`` (one ``to_pylist`` per column)."""
+    """Events from an Arrow record batch with ``INPUT_COLUMNS`` (one ``to_pylist`` per column).
+
+    :param batch: a ``pyarrow.RecordBatch`` with ``INPUT_COLUMNS``.
+    """
     columns = [batch.column(name).to_pylist() for name in _EVENT_ARGS]
     for eid, uid, typ, ts_ms, url, ref, goal, iid, src, tgt, campaign, value in zip(*columns):
         yield Event(eid, uid, typ, ts_ms, url, ref, goal is True, iid, src, tgt, campaign, value)
@@ -210,7 +243,11 @@ def output_arrow_schema():
 
 
 def rows_to_arrow(rows: Sequence[Attribution], schema):
-    """Attribution rows as one Arrow record batch in ``schema`` (from ``output_arrow_schema``)."""
+    """Attribution rows as one Arrow record batch in ``schema`` (from ``output_arrow_schema``).
+
+    :param rows: the attribution rows.
+    :param schema: the ``pyarrow`` schema of the batch (``output_arrow_schema``).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -227,7 +264,11 @@ def rows_to_arrow(rows: Sequence[Attribution], schema):
 
 def row_to_spark(row: Attribution, users_change_column: bool = False):
     """One attribution as a Spark ``Row`` (timestamps UTC-aware, so no local-zone guessing);
-    with ``users_change_column``, followed by a null ``STATE_USERS_CHANGE``."""
+    with ``users_change_column``, followed by a null ``STATE_USERS_CHANGE``.
+
+    :param row: one attribution row.
+    :param users_change_column: append a null ``STATE_USERS_CHANGE`` field.
+    """
     from pyspark.sql import Row
 
     record = row.to_record()
@@ -240,7 +281,10 @@ def row_to_spark(row: Attribution, users_change_column: bool = False):
 
 
 def users_change_row(change: int):
-    """One marker row (see ``STATE_USERS_CHANGE``) as a Spark ``Row``."""
+    """One marker row (see ``STATE_USERS_CHANGE``) as a Spark ``Row``.
+
+    :param change: the change in users held (negative when users leave).
+    """
     from pyspark.sql import Row
 
     return Row(**dict.fromkeys(OUTPUT_FIELDS), **{STATE_USERS_CHANGE: change})

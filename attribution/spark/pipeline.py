@@ -56,7 +56,10 @@ DEFAULT_TWS_STATE = "compact"
 def state_buckets_for(shuffle_partitions: int) -> int:
     """The bucket count a new checkpoint takes for ``shuffle_partitions`` partitions:
     ``BUCKETS_PER_SHUFFLE_PARTITION`` per partition, at most ``MAX_ALIGNED_BUCKETS`` (then the
-    largest multiple of the partitions under it, so that the partitions still share evenly)."""
+    largest multiple of the partitions under it, so that the partitions still share evenly).
+
+    :param shuffle_partitions: the query's shuffle partitions.
+    """
     if shuffle_partitions < 1:
         raise ValueError(f"shuffle partitions must be >= 1, not {shuffle_partitions}")
     wanted = BUCKETS_PER_SHUFFLE_PARTITION * shuffle_partitions
@@ -73,6 +76,8 @@ def drop_heartbeats(watermarked: DataFrame) -> DataFrame:
     Spark's optimizer pushes it below ``EventTimeWatermark`` (and into the file scan): heartbeats
     would vanish before advancing event time. Referencing ``ts`` keeps the filter above it.
     ``ts`` is never null here (validation rejects such records), so the extra term is inert.
+
+    :param watermarked: the events, with their watermark already defined.
     """
     return watermarked.filter((F.col("event_type") != F.lit("heartbeat")) | F.col("ts").isNull())
 
@@ -111,6 +116,8 @@ def output_metrics(models: Sequence[str]) -> list[Column]:
     rest. (Observed metrics allow no distinct count.) Each row counts with its ``sign``, so a
     changelog's counts are those of its net table: a retraction takes back what its row added.
     Marker rows (no model, ``sign`` 0) count nowhere.
+
+    :param models: the configured attribution models.
     """
     sign = F.col("sign")
     metrics = []
@@ -126,7 +133,11 @@ def output_metrics(models: Sequence[str]) -> list[Column]:
 
 
 def metric_name(what: str, model: str) -> str:
-    """The name of a per-model metric of ``output_metrics``: ``goals`` or ``attributed``."""
+    """The name of a per-model metric of ``output_metrics``: ``goals`` or ``attributed``.
+
+    :param what: ``goals`` or ``attributed``.
+    :param model: an attribution model's name.
+    """
     return f"{what}_{model}"
 
 
@@ -134,7 +145,13 @@ def users_counted_by_change(backend: str, state_buckets: Optional[int], tws_stat
     """True for the layouts whose stateful function reports the change in users it holds
     (``frames.STATE_USERS_CHANGE``): Spark's state row count is then buckets
     (applyInPandasWithState over hash buckets) or state entries (transformWithState's declared
-    layout), not users. With one key and one row per user it is the user count itself."""
+    layout), not users. With one key and one row per user it is the user count itself.
+
+    :param backend: the stateful backend (``BACKENDS``).
+    :param state_buckets: the hash buckets of applyInPandasWithState's state, 0 or ``None`` for one
+        key per user.
+    :param tws_state: transformWithState's state layout, ``compact`` or ``declared``.
+    """
     if backend == "applyInPandasWithState":
         return bool(state_buckets)
     return tws_state == "declared"
@@ -168,6 +185,16 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
     0 or None keys it by user. Like the shuffle partitions, it is fixed by a query's first run
     and must not change under an existing checkpoint; so is ``bucket_keys`` (one of
     ``BUCKET_KEY_SCHEMES``).
+
+    :param events: a streaming DataFrame in the event schema.
+    :param watermark_delay_ms: how far Spark's watermark trails the latest event time, in
+        milliseconds (the allowed lateness is added to it).
+    :param config: the attribution rules' parameters.
+    :param backend: the stateful backend (``BACKENDS``).
+    :param tws_state: transformWithState's state layout, ``compact`` or ``declared``.
+    :param state_buckets: applyInPandasWithState's hash buckets of ``user_id``; 0 or ``None`` keys
+        the state by user.
+    :param bucket_keys: how bucket keys are chosen, one of ``BUCKET_KEY_SCHEMES``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -217,6 +244,9 @@ def attribution_batch(events: DataFrame, config: AttributionConfig = Attribution
 
     Each user's events are brought together by a hash partitioning and a sort on ``user_id``,
     and a partition at a time goes through the core in Arrow (no pandas frame per user).
+
+    :param events: a batch DataFrame in the event schema.
+    :param config: the attribution rules' parameters.
     """
     rows = (_stateful_input(events).repartition("user_id").sortWithinPartitions("user_id")
             .mapInArrow(make_batch_function(config), schema=spark_struct(OUTPUT_SCHEMA)))
@@ -224,7 +254,11 @@ def attribution_batch(events: DataFrame, config: AttributionConfig = Attribution
 
 
 def apply_trigger(writer, trigger: str):
-    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval."""
+    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval.
+
+    :param writer: a ``DataStreamWriter``.
+    :param trigger: ``available-now``, ``once`` or a processing-time interval (``"10 seconds"``).
+    """
     if trigger == "available-now":
         return writer.trigger(availableNow=True)
     if trigger == "once":

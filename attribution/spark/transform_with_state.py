@@ -98,12 +98,20 @@ class AttributionProcessor(StatefulProcessor):
     """
 
     def __init__(self, config: AttributionConfig = AttributionConfig()):
+        """A processor for ``config``; one that revises rows is refused.
+
+        :param config: the attribution rules' parameters.
+        """
         if config.revising:
             raise ValueError("transformWithState's declared state layout cannot revise rows; "
                              "use --tws-state compact for --allowed-lateness or --early-results")
         self.config = config
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the state entries.
+
+        :param handle: Spark's handle to the processor's state and timers.
+        """
         self.handle = handle
         self.visits = handle.getListState("visits", VISIT_STATE)
         self.impressions = handle.getListState("impressions", IMPRESSION_STATE)
@@ -115,6 +123,12 @@ class AttributionProcessor(StatefulProcessor):
         self.wakeup = handle.getValueState("wakeup", WAKEUP_STATE)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
+        """Add a user's new events, then fire and garbage-collect at the watermark.
+
+        :param key: the grouping key, ``(user_id,)``.
+        :param rows: the user's new rows, with ``INPUT_COLUMNS``.
+        :param timerValues: Spark's current watermark and processing time.
+        """
         watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, loaded = self._load(key[0])
         # Spark filtered late rows already (by the previous batch's watermark); the rest are
@@ -124,6 +138,12 @@ class AttributionProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
+        """Fire and garbage-collect a user's state at the watermark.
+
+        :param key: the grouping key, ``(user_id,)``.
+        :param timerValues: Spark's current watermark and processing time.
+        :param expiredTimerInfo: the timer that fired (not read: the watermark decides what fires).
+        """
         watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, loaded = self._load(key[0])
         return self._advance(core, loaded, watermark)
@@ -252,13 +272,27 @@ class CompactAttributionProcessor(StatefulProcessor):
     """Conversion attribution per ``user_id`` with one value state per user (Row mode)."""
 
     def __init__(self, config: AttributionConfig = AttributionConfig()):
+        """Keep the configuration.
+
+        :param config: the attribution rules' parameters.
+        """
         self.config = config
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        """Declare the one value state.
+
+        :param handle: Spark's handle to the processor's state and timers.
+        """
         self.handle = handle
         self.user = handle.getValueState("user", COMPACT_STATE)
 
     def handleInputRows(self, key, rows, timerValues: TimerValues) -> Iterator:
+        """Add a user's new events, then fire and garbage-collect at the watermark.
+
+        :param key: the grouping key, ``(user_id,)``.
+        :param rows: the user's new rows, with ``INPUT_COLUMNS``.
+        :param timerValues: Spark's current watermark and processing time.
+        """
         watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, timer = self._load(key[0])
         # Spark filtered late rows already (by the previous batch's watermark); the rest are
@@ -268,6 +302,12 @@ class CompactAttributionProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator:
+        """Fire and garbage-collect a user's state at the watermark.
+
+        :param key: the grouping key, ``(user_id,)``.
+        :param timerValues: Spark's current watermark and processing time.
+        :param expiredTimerInfo: the timer that fired (unused: it is already deleted).
+        """
         watermark = on_time_watermark(timerValues.getCurrentWatermarkInMs(), self.config)
         core, _ = self._load(key[0])
         # The timer that fired is already gone: never delete it (a wasted round trip).

@@ -12,7 +12,10 @@ from ..schema import field_kinds, type_kind, unwrap_nullable
 
 def spark_struct(schema: dict):
     """Derive the Spark ``StructType`` of an Avro record schema (all fields nullable in Spark
-    file sources anyway; non-null Avro fields are marked non-nullable for output contracts)."""
+    file sources anyway; non-null Avro fields are marked non-nullable for output contracts).
+
+    :param schema: an Avro record schema, as parsed JSON.
+    """
     # Imported here: the Arrow schema below serves programs that never start Spark (the
     # generator, the file readers), which should not pay for importing pyspark.
     from pyspark.sql import types as T
@@ -34,7 +37,10 @@ def spark_struct(schema: dict):
 
 
 def spark_ddl(schema: dict) -> str:
-    """The schema as a Spark DDL string, e.g. for ``applyInPandasWithState`` output."""
+    """The schema as a Spark DDL string, e.g. for ``applyInPandasWithState`` output.
+
+    :param schema: an Avro record schema, as parsed JSON.
+    """
     return spark_struct(schema).simpleString()[len("struct<"):-1]
 
 
@@ -44,7 +50,10 @@ _PANDAS_DTYPES = {"string": "object", "enum": "object", "boolean": "boolean", "i
 
 
 def pandas_dtypes(schema: dict) -> dict[str, str]:
-    """Derive pandas dtypes (nullable extension types where Avro allows null)."""
+    """Derive pandas dtypes (nullable extension types where Avro allows null).
+
+    :param schema: an Avro record schema, as parsed JSON.
+    """
     out = {}
     for name, (kind, nullable) in field_kinds(schema).items():
         dtype = _PANDAS_DTYPES[kind]
@@ -55,7 +64,10 @@ def pandas_dtypes(schema: dict) -> dict[str, str]:
 
 
 def arrow_schema(schema: dict):
-    """Derive the pyarrow schema; timestamps are microsecond UTC, as Spark reads Parquet best."""
+    """Derive the pyarrow schema; timestamps are microsecond UTC, as Spark reads Parquet best.
+
+    :param schema: an Avro record schema, as parsed JSON.
+    """
     scalar = {"string": pa.string(), "enum": pa.string(), "boolean": pa.bool_(), "int": pa.int32(),
               "long": pa.int64(), "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC"),
               "date": pa.date32()}

@@ -67,7 +67,10 @@ _INTEGER_VARIANT_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
 
 def max_future_skew_ms(text: str) -> int:
-    """Parse ``--max-future-skew`` (a duration such as ``"1 day"``) into milliseconds."""
+    """Parse ``--max-future-skew`` (a duration such as ``"1 day"``) into milliseconds.
+
+    :param text: the option's value.
+    """
     return parse_duration_ms(text)
 
 
@@ -463,6 +466,8 @@ def unreadable_input(error: BaseException) -> Optional[str]:
 
     Such a file has no rows to dead-letter: Spark cannot decode any of them. The micro-batch that
     holds it is never committed, so stopping here loses nothing.
+
+    :param error: the error a query or a batch job raised.
     """
     match = _UNREADABLE_FILE.search(str(error))
     if match is None:

@@ -61,6 +61,13 @@ class ParquetSink(Sink):
         return by_date(rows, self.partition)
 
     def start_stream(self, rows, checkpoint: str, trigger: str, query_name: str):
+        """Start the streaming query writing ``rows`` under ``path``.
+
+        :param rows: a streaming DataFrame.
+        :param checkpoint: the query's checkpoint location.
+        :param trigger: ``available-now``, ``once`` or a processing-time interval.
+        :param query_name: the query's name in Spark's progress and UI.
+        """
         rows, columns = self._laid_out(rows)
         writer = (rows.writeStream.format("parquet").outputMode("append").partitionBy(*columns)
                   .option("path", self.path).option("checkpointLocation", checkpoint)
@@ -68,6 +75,12 @@ class ParquetSink(Sink):
         return apply_trigger(writer, trigger).start()
 
     def write_batch(self, rows, replace: str = REPLACE_ALL) -> None:
+        """Write ``rows`` under ``path``, replacing what ``replace`` says.
+
+        :param rows: a batch DataFrame.
+        :param replace: ``REPLACE_ALL``: everything; ``REPLACE_DATES``: only the dates the rows
+            hold.
+        """
         if replace not in _OVERWRITE_MODES:
             raise ValueError(f"replace must be one of {', '.join(_OVERWRITE_MODES)}, "
                              f"got {replace!r}")
@@ -78,6 +91,12 @@ class ParquetSink(Sink):
          .partitionBy(*columns).parquet(self.path))
 
     def write_micro_batch(self, batch_id: int, table: pa.Table, detected: dt.datetime) -> None:
+        """Write one micro-batch's driver-side records as one file, atomically.
+
+        :param batch_id: the micro-batch the records belong to.
+        :param table: the records.
+        :param detected: when the micro-batch ran (its date names the directory).
+        """
         if self.partition is None:
             raise ValueError("driver-side records are written by date: give the sink a partition")
         target = micro_batch_file(Path(self.path), self.partition, batch_id, detected)
