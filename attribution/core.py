@@ -265,7 +265,8 @@ class UserAttribution:
 
     # -- firing: attribution and revisions ------------------------------------------------------
     def next_timer(self) -> Optional[int]:
-        """The min-goal timer: the earliest pending goal's ``ts``, or ``None`` when none is pending."""
+        """The min-goal timer: the earliest pending goal's ``ts``, or ``None`` when none is
+        pending."""
         if not self.pending_goals:
             return None
         return min(g.ts for g in self.pending_goals.values())

@@ -174,7 +174,8 @@ def parse_event(record: Mapping[str, Any]) -> Event:
         if isinstance(impression_id, float) and impression_id.is_integer():
             impression_id = int(impression_id)
         else:
-            raise InvalidEvent(f"impression_id must be an integer, got {type(impression_id).__name__}")
+            raise InvalidEvent(f"impression_id must be an integer, got "
+                               f"{type(impression_id).__name__}")
     return Event(event_id=event_id, user_id=user_id, event_type="impression", ts=ts,
                  impression_id=int(impression_id),
                  source_url=_string(record, "source_url", required=True, what="impression"),
@@ -195,7 +196,8 @@ def validate(record: Mapping[str, Any]) -> Optional[str]:
 
 
 def parse_events(records: Iterable[Mapping[str, Any]]) -> Iterator[Event]:
-    """Parse many records, raising ``InvalidEvent`` (with the record's position) on the first bad one.
+    """Parse many records, raising ``InvalidEvent`` (with the record's position) on the first
+    bad one.
 
     :param records: the raw records, each field name to value.
     """

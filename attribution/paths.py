@@ -295,7 +295,8 @@ class ReferrerIndex:
             v = cursor.items[idx]
             if idx + 1 < len(cursor.items) and cursor.keys[idx + 1] <= limit:
                 nxt = cursor.items[idx + 1]
-                heapq.heappush(heap, (nxt.ts, self._rank[nxt.event_id], next(tiebreak), cursor, idx + 1))
+                heapq.heappush(heap, (nxt.ts, self._rank[nxt.event_id], next(tiebreak), cursor,
+                                      idx + 1))
             if v.event_id in reached:
                 continue
             reached.add(v.event_id)

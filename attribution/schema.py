@@ -27,7 +27,8 @@ EVENT_SCHEMA: dict = fastavro.parse_schema({
     "fields": [
         {"name": "event_id", "type": "string"},
         {"name": "user_id", "type": _optional("string"), "default": None},
-        {"name": "event_type", "type": {"type": "enum", "name": "EventType", "symbols": list(EVENT_TYPES)}},
+        {"name": "event_type",
+         "type": {"type": "enum", "name": "EventType", "symbols": list(EVENT_TYPES)}},
         {"name": "ts", "type": TIMESTAMP_MILLIS},
         {"name": "url", "type": _optional("string"), "default": None},
         {"name": "referer", "type": _optional("string"), "default": None},

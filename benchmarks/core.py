@@ -124,7 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.scenarios = args.scenarios.split(",")
     unknown = [s for s in args.scenarios if s not in scenarios]
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(scenarios)}")
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; "
+                     f"choose from {', '.join(scenarios)}")
     if args.visits < 1 or args.repeat < 1:
         parser.error("--visits and --repeat must be positive")
     return args

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  python -m generators generate --out /tmp/ds\n"
                "  python -m generators generate --out /tmp/ds --format parquet --files 50 \\\n"
-               "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 --heartbeat\n"
+               "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 "
+               "--heartbeat\n"
                "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n"
                "  python -m generators stream --rate 5000 --duration 2m --out /tmp/state \\\n"
                "      --kafka-bootstrap-servers 127.0.0.1:9092 --topic events\n\n"
@@ -265,8 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except Failure as failure:
             return report_failure(failure)
         except OSError as err:
-            return report_failure(Failure(ExitCode.OUTPUT, f"cannot write {err.filename}: "
-                                                           f"{err.strerror}; check --out {args.out}"))
+            return report_failure(Failure(ExitCode.OUTPUT,
+                                          f"cannot write {err.filename}: {err.strerror}; "
+                                          f"check --out {args.out}"))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ A running streaming job reads the directory as a file stream. Each file holds th
 ``rate * file_interval`` records of ``generators.stream`` (so the content is reproducible; only
 the timing is wall-clock), is written under a hidden temporary name and renamed into place, so
 the job never sees a partial file. The position reached is saved in ``_streamgen_state.json``
-(underscore-prefixed: Spark and ``attribution.spark.files`` skip it), which ``resume`` continues from.
+(underscore-prefixed: Spark and ``attribution.spark.files`` skip it), which ``resume``
+continues from.
 
 Heartbeats, each a file of one ``heartbeat`` record, move a consumer's watermark when events do
 not. ``final_heartbeat`` closes the run with one at the largest event time written + the

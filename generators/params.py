@@ -162,7 +162,7 @@ class GeneratorParams:
                                         "conversion whose value is unknown)", "value",
                                         kind="probability")
 
-    # -- the disorder model -------------------------------------------------------------------------
+    # -- the disorder model -----------------------------------------------------------------------
     disorder: str = _knob("bounded", "arrival model: 'bounded' (each event arrives at most "
                           "--max-delay behind the maximum event time seen), 'per-source' "
                           "(separate collection lags for impressions and visits) or "
@@ -188,7 +188,7 @@ class GeneratorParams:
                                  "events are made and reported in the manifest", "disorder",
                                  kind="duration")
 
-    # -- the endless stream (load mode and Spark source) ---------------------------------------------
+    # -- the endless stream (load mode and Spark source) -------------------------------------------
     block_span: str = _knob("1 hour", "stream: event time covered by one generated block",
                             "stream", kind="duration")
     sessions_per_block: int = _knob(400, "stream: sessions starting within one block", "stream",
@@ -348,14 +348,15 @@ class KafkaTarget:
     ``GeneratorParams``, its manifest and a load run's resume check. No
     ``kafka_bootstrap_servers``: no Kafka."""
 
-    kafka_bootstrap_servers: Optional[str] = _knob(None, "produce the events to Kafka at HOST:PORT[,...] "
+    kafka_bootstrap_servers: Optional[str] = _knob(None, "produce the events to Kafka at "
+                                         "HOST:PORT[,...] "
                                          "too (generate: after writing the files; stream: "
                                          "instead of event files, --out keeping the stream's "
                                          "state). Records are keyed by user_id; their values "
                                          "are one event each, JSON or Avro binary as --format",
                                          "kafka", metavar="HOST:PORT")
-    topic: Optional[str] = _knob(None, "the topic (required with --kafka-bootstrap-servers); created if "
-                       "missing", "kafka", metavar="TOPIC")
+    topic: Optional[str] = _knob(None, "the topic (required with --kafka-bootstrap-servers); "
+                       "created if missing", "kafka", metavar="TOPIC")
     kafka_partitions: int = _knob(3, "partitions of a topic this command creates (an existing "
                                   "topic is used as it is)", "kafka", minimum=1)
 

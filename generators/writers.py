@@ -3,8 +3,8 @@
 Events arrive here as integer columns (``behaviour.EventColumns``) plus a ``Vocabulary`` of the
 few distinct strings (URLs, user ids, campaigns). Rendering is vectorised: Arrow ``take`` for
 Parquet, pre-escaped JSON tokens indexed by numpy for JSON lines. The files match what
-``attribution.spark.files`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC timestamps in
-Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
+``attribution.spark.files`` writes and reads: the Avro ``EVENT_SCHEMA``, microsecond UTC
+timestamps in Parquet, ISO-8601 ``...sssZ`` strings in JSON with null fields present as ``null``.
 
 Every file is written under a hidden temporary name and renamed into place, so a file stream
 never sees a partial file. Output is byte-for-byte reproducible: fixed Parquet options and an
@@ -302,8 +302,8 @@ def sync_marker(seed: int, name: str) -> bytes:
 def atomic_write(path: Path, write: Callable[[Path], None], mtime_ns: Optional[int] = None) -> None:
     """Write ``path`` via a hidden temporary file in the same directory, then rename it.
 
-    Readers that skip hidden files (Spark, ``attribution.spark.files``) never see a partial file, and
-    the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
+    Readers that skip hidden files (Spark, ``attribution.spark.files``) never see a partial
+    file, and the rename is atomic on one filesystem. ``mtime_ns`` sets the modification time first:
     Spark's file source orders new files by it.
 
     :param path: the file to write.

@@ -121,7 +121,8 @@ def reference_records(arrivals: Iterable[Event]) -> dict[str, dict[str, Event]]:
     return smallest
 
 
-def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) -> list[Attribution]:
+def reference_attribution(arrivals: Iterable[Event],
+                          config: AttributionConfig) -> list[Attribution]:
     """Spec rules 1-7 and sections 6-7 applied literally: every edge enumerated, candidates by
     graph ancestry, each model with its own set of consumed impressions."""
     rows = []
@@ -163,7 +164,8 @@ def reference_attribution(arrivals: Iterable[Event], config: AttributionConfig) 
             value = goal.value
             for model in config.models:  # section 6, in the models' fixed order
                 candidates = [i for i in within if i.event_id not in consumed[model]]
-                COVERAGE["goals with a consumed impression upstream"] += len(candidates) < len(within)
+                COVERAGE["goals with a consumed impression upstream"] += (
+                    len(candidates) < len(within))
                 COVERAGE[f"{model} with {min(len(candidates), 3)} candidate(s)"] += 1
                 if not candidates:
                     rows.append(Attribution(user_id, goal.event_id, goal.url, goal.ts, None, None,

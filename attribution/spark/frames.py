@@ -218,7 +218,7 @@ def rows_to_frame(rows: Sequence[Attribution]) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-# -- Arrow, for batch mode's partition-at-a-time function -------------------------------------------
+# -- Arrow, for batch mode's partition-at-a-time function ------------------------------------
 _EVENT_ARGS = ("event_id", "user_id", "event_type", "ts_ms", "url", "referer", "is_goal",
                "impression_id", "source_url", "target_url", "campaign", "value")
 

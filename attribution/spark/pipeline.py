@@ -219,7 +219,8 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
         if state_buckets:
             bucket = F.pmod(F.xxhash64("user_id"), F.lit(int(state_buckets)))
             if bucket_keys == ALIGNED_BUCKET_KEYS:
-                table = F.array(*(F.lit(k).cast("long") for k in aligned_bucket_keys(state_buckets)))
+                table = F.array(*(F.lit(k).cast("long")
+                                  for k in aligned_bucket_keys(state_buckets)))
                 bucket = F.element_at(table, (bucket + 1).cast("int"))
             grouped = packed.withColumn(BUCKET_COLUMN, bucket).groupBy(BUCKET_COLUMN)
             function = make_bucket_state_function(config)
@@ -239,7 +240,8 @@ def attribution_stream(events: DataFrame, *, watermark_delay_ms: int,
     return _observe_output(rows, config.models, users_by_change)
 
 
-def attribution_batch(events: DataFrame, config: AttributionConfig = AttributionConfig()) -> DataFrame:
+def attribution_batch(events: DataFrame,
+                      config: AttributionConfig = AttributionConfig()) -> DataFrame:
     """Batch mode: the same core per user over the whole input, watermark at +infinity.
 
     Each user's events are brought together by a hash partitioning and a sort on ``user_id``,

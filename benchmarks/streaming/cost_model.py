@@ -12,9 +12,9 @@ dataset from the project's generator with its defaults (users arriving over 60 d
 state is collected during a run: ``--cost-batches`` files of about E events each, and the
 heartbeat. Each layout runs the attribution job over it as its command line would, with
 ``available-now`` and one file per micro-batch, ``--cost-repeats`` times, the layouts
-interleaved; before its first measured run, once untimed (unless ``--no-warmup``). Within a run the events per
-micro-batch stay at E while the state grows with every micro-batch; across sizes E changes, and
-with it how fast the state grows.
+interleaved; before its first measured run, once untimed (unless ``--no-warmup``). Within a run
+the events per micro-batch stay at E while the state grows with every micro-batch; across sizes
+E changes, and with it how fast the state grows.
 
 Points. One per micro-batch over a data file, except the first (the query's start: planning,
 state stores created) and any that overlapped a micro-batch of the job's dead-letter query in
@@ -41,8 +41,9 @@ and each point's residual.
 State-scaling check (the default layout, at each size): with n = a quarter of the
 micro-batches, the time of 4n micro-batches against n is 4 x the mean time of the points among
 micro-batches 2..4n over the mean of the points among micro-batches 2..n (the micro-batches left
-out above are left out of both); the events read, and so about the state retained, grow 4x. It passes when the wall-time ratio is at
-most ``SCALING_LIMIT``; the CPU-time ratio is printed beside it.
+out above are left out of both); the events read, and so about the state retained, grow 4x. It
+passes when the wall-time ratio is at most ``SCALING_LIMIT``; the CPU-time ratio is printed
+beside it.
 
 Sizing table. For an input rate R and a state of S GB, with a trigger interval T
 (``--cost-trigger``): a micro-batch holds E = R x T events and costs a + b E + c S

@@ -257,7 +257,8 @@ def join_mode(bench: Bench, args) -> dict:
             lambda: join_run(bench.spark, join_args(argv)), "click_join")
         rows = [r.total for r in follow.state.rows()]
         rate = dataset.records / seconds
-        print(f"{strategy:<24} {seconds:6.1f}s  {rate:10,.0f} events/s ({rate / native.events_per_s:.2f}x "
+        print(f"{strategy:<24} {seconds:6.1f}s  {rate:10,.0f} events/s "
+              f"({rate / native.events_per_s:.2f}x "
               f"native)  {follow.output_rows:,} clicks  join state rows {sparkline(rows)}  "
               f"peak {fmt_number(max(rows) if rows else None)}: {plateau_verdict(rows)}  "
               f"peak RSS {memory.total / MIB:,.0f} MiB")

@@ -61,7 +61,8 @@ def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list
         last = runs[-1]
         checks = sorted({r.check for r in runs})
         out.append(Summary(
-            kind=kind, allowed_lateness_ms=lateness_ms, runs=len(runs), seconds=statistics.median(r.seconds for r in runs),
+            kind=kind, allowed_lateness_ms=lateness_ms, runs=len(runs),
+            seconds=statistics.median(r.seconds for r in runs),
             events_per_s=rate, ratio=rate / native_rate if native_rate else None,
             cpu_seconds=cpu, cpu_ratio=native_cpu / cpu if native_cpu and cpu > 0 else None,
             jvm_mib=max(r.memory.jvm for r in runs) / MIB,

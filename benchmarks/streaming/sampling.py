@@ -167,7 +167,8 @@ class MemorySampler:
                 workers += rss
         with self._lock:
             p = self.peaks
-            p.jvm, p.workers, p.driver = max(p.jvm, jvm), max(p.workers, workers), max(p.driver, driver)
+            p.jvm, p.workers, p.driver = (max(p.jvm, jvm), max(p.workers, workers),
+                                          max(p.driver, driver))
             p.total = max(p.total, jvm + workers + driver)
             p.samples += 1
             # Exited processes keep their last value: the window still counts what they used.

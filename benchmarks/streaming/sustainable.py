@@ -35,10 +35,10 @@ Definitions. Times are the wall clock of the one machine; a file's time is its m
   micro-batch read, counted in rows and divided by the rows of one file (every file holds as
   many).
 * A rate is sustainable when the load reached at least 95 % of it (``LOAD_SHORTFALL``), the
-  measured window holds at least 3 micro-batches (``MIN_MEASURED_BATCHES``), the backlog is flat (its maximum
-  over the second half of the measured micro-batches exceeds its maximum over the first half by
-  less than the files of one trigger interval), and the p99 of the measured micro-batches'
-  ``triggerExecution`` is under the trigger interval.
+  measured window holds at least 3 micro-batches (``MIN_MEASURED_BATCHES``), the backlog is
+  flat (its maximum over the second half of the measured micro-batches exceeds its maximum over
+  the first half by less than the files of one trigger interval), and the p99 of the measured
+  micro-batches' ``triggerExecution`` is under the trigger interval.
 * Bisection: first the lower bound ``--sustainable-min-rate`` (if it is not sustainable, the
   kind has no sustainable rate in range), then the upper bound ``--sustainable-max-rate`` (if it
   is, it is reported, and the true figure may be higher), then the geometric mean of the highest

@@ -113,7 +113,8 @@ def _dropped_by_watermark(spark, events_dir: Path, fmt: str, delay_ms: int, chec
     """Stream the files one per batch through a watermarked dedup; return Spark's count of rows
     dropped as late and the event ids that came through."""
     stream = read_event_stream(spark, str(events_dir), fmt, max_files_per_trigger=1)
-    deduped = stream.withWatermark("ts", spark_interval(delay_ms)).dropDuplicates(["event_id", "ts"])
+    deduped = (stream.withWatermark("ts", spark_interval(delay_ms))
+               .dropDuplicates(["event_id", "ts"]))
     query = (deduped.writeStream.format("memory").queryName(name)
              .option("checkpointLocation", str(checkpoint)).start())
     query.processAllAvailable()

@@ -58,8 +58,10 @@ def test_inner_join_without_watermark_or_condition_is_refused(sides):
 
 def test_state_key_without_any_watermark_is_refused(sides):
     left, right = sides
-    with pytest.raises(UnboundedStateError, match=r"a watermark on at least one side \(the state-key"):
-        stream_join(JoinSide(left, "ts"), JoinSide(right, "ts"), ["id"], state_key=StateKeyCondition())
+    with pytest.raises(UnboundedStateError,
+                       match=r"a watermark on at least one side \(the state-key"):
+        stream_join(JoinSide(left, "ts"), JoinSide(right, "ts"), ["id"],
+                    state_key=StateKeyCondition())
 
 
 def test_the_opt_in_builds_an_unbounded_join_and_says_so(sides):
@@ -106,11 +108,13 @@ def test_outer_joins_missing_a_bound_are_refused_even_with_the_opt_in(sides, how
     (lambda l, r: stream_join(JoinSide(l.withWatermark("ts", "5 seconds"), "ts", "2 seconds"),
                               JoinSide(r, "ts", "2 seconds"), ["id"], state_value=RANGE),
      "already has a watermark delay of 5000 ms"),
-    (lambda l, r: stream_join(JoinSide(l.withColumn("t2", F.col("ts")).withWatermark("t2", "1 second"),
+    (lambda l, r: stream_join(JoinSide(l.withColumn("t2", F.col("ts"))
+                                       .withWatermark("t2", "1 second"),
                                        "ts", "2 seconds"),
                               JoinSide(r, "ts", "2 seconds"), ["id"], state_value=RANGE),
      "already has a watermark on column 't2'"),
-    (lambda l, r: stream_join(JoinSide(l.withColumn("ts", F.col("ts").cast("long")), "ts", "2 seconds"),
+    (lambda l, r: stream_join(JoinSide(l.withColumn("ts", F.col("ts").cast("long")), "ts",
+                                       "2 seconds"),
                               JoinSide(r, "ts", "2 seconds"), ["id"], state_value=RANGE),
      "must be a timestamp, got bigint"),
     (lambda l, r: stream_join(JoinSide(l, "ts", "two seconds"), JoinSide(r, "ts", "2 seconds"),
@@ -206,7 +210,8 @@ def test_detected_strategy_matches_the_requested_one_for_every_join_type(spark, 
     assert len(inspections) == len(results) == 20
     for (strategy, how, result), inspection in zip(results, inspections):
         label = f"{strategy}/{how}"
-        assert (inspection.left.strategy, inspection.right.strategy) == (SPARK_STRATEGY[strategy],) * 2, label
+        strategies = (inspection.left.strategy, inspection.right.strategy)
+        assert strategies == (SPARK_STRATEGY[strategy],) * 2, label
         assert check_cleanup(result.expected, inspection) == [], label
     # Every join ran and emitted its matches: 20 joins, e under all, a under all but 5 (the
     # timestamp-equality joins), each semi join once per matched left row.

@@ -30,7 +30,8 @@ def _seconds(value):
 def _pair(r):
     """(left id, left ts s, right id, right ts s) of an output row (None on a padded side)."""
     d = r.asDict()
-    return (d.get("left_id"), _seconds(d.get("left_ts")), d.get("right_id"), _seconds(d.get("right_ts")))
+    return (d.get("left_id"), _seconds(d.get("left_ts")),
+            d.get("right_id"), _seconds(d.get("right_ts")))
 
 
 def _left_only(r):
@@ -93,7 +94,8 @@ def test_scenario1_state_key_on_timestamp_with_watermark_on_both_sides(driver):
     assert inspection.left.threshold_ms == inspection.right.threshold_ms == 8000
     assert check_cleanup(result.expected, inspection) == []
     # Late rows are dropped on input by each watermarked side: l1 (both sides) and x (right).
-    dropped = sum(r.dropped_by_watermark for r in JoinStateCollector().add_all(driver.query.recentProgress))
+    dropped = sum(r.dropped_by_watermark
+                  for r in JoinStateCollector().add_all(driver.query.recentProgress))
     assert dropped == 3
 
 
@@ -109,7 +111,8 @@ def test_scenario2_state_key_with_watermark_on_one_side_only(driver):
     assert check_cleanup(result.expected, inspection) == []
     # Only the watermarked left side drops late input (l1); the late right rows are kept as
     # input but find no partner, as their left partners are evicted or were dropped.
-    dropped = sum(r.dropped_by_watermark for r in JoinStateCollector().add_all(driver.query.recentProgress))
+    dropped = sum(r.dropped_by_watermark
+                  for r in JoinStateCollector().add_all(driver.query.recentProgress))
     assert dropped == 1
 
 
@@ -120,8 +123,8 @@ def test_scenario3_state_key_on_5_second_windows(driver):
         ([L("a", 1), L("b", 4), R("a", 3)], {("a", 1, "a", 3)}),
         # b@6 is in [5, 10) while its partner b@4 was in [0, 5): never joins.
         ([L("z", 12), R("z", 12), R("b", 6)], {("z", 12, "z", 12)}),
-        # W = 12 - 2 = 10 s: the window [0, 5) has ended, so b@4 on the right is late, despite being in
-        # the left b's window.
+        # W = 12 - 2 = 10 s: the window [0, 5) has ended, so b@4 on the right is late, despite
+        # being in the left b's window.
         ([L("c", 13), R("c", 14), R("b", 4)], {("c", 13, "c", 14)}),
     ])
     inspection = inspect_join(driver.query)
@@ -146,7 +149,8 @@ def test_scenario4_state_value_right_after_left_plus_2_seconds(driver, spark):
         # right.ts > left.ts + 2: a@2 and c@3 (equal to the bound) are outside, b@4 inside.
         ([L("a", 1), L("b", 1), L("c", 1), R("a", 2), R("b", 4), R("c", 3)], {("b", 1, "b", 4)}),
         # W = 2 s. The left state is never cleaned, so a@1 still joins a@8; z joins z.
-        ([L("z", 12), R("z", 15), R("a", 8), R("y", 13), L("y", 12)], {("a", 1, "a", 8), ("z", 12, "z", 15)}),
+        ([L("z", 12), R("z", 15), R("a", 8), R("y", 13), L("y", 12)],
+         {("a", 1, "a", 8), ("z", 12, "z", 15)}),
     ])
     inspection = inspect_join(driver.query)
     assert (inspection.left.strategy, inspection.right.strategy) == ("none", "state-value")

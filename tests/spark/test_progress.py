@@ -80,7 +80,8 @@ def test_progress_shows_duration_rates_users_in_state_and_the_watermark(spark, t
     # Spark's own numbers, to the precision shown.
     batch = report.history[0]
     assert float(first[1]) == pytest.approx(batch["duration_ms"] / 1000, abs=0.05)
-    assert float(first[2].replace(",", "")) == pytest.approx(batch["input_rate"], rel=0.01, abs=0.01)
+    assert float(first[2].replace(",", "")) == pytest.approx(batch["input_rate"], rel=0.01,
+                                                             abs=0.01)
     assert float(first[3].replace(",", "")) == pytest.approx(batch["processed_rate"], rel=0.01)
     assert batch["processed_rate"] > 0
     assert lines[1].startswith("batch 1: input 0 rows in ")

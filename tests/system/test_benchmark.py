@@ -1,4 +1,5 @@
-"""The benchmark harness (benchmarks/streaming) kept working: a tiny end-to-end run, not a benchmark.
+"""The benchmark harness (benchmarks/streaming) kept working: a tiny end-to-end run, not a
+benchmark.
 
 The run goes through the same code as ``make bench`` at a few thousand events, in the suite's
 Spark session, and checks that the table has every row with numbers that make sense and that

@@ -145,7 +145,8 @@ def _executor_python(tmp_path: Path) -> tuple[Path, Path]:
         "#!/bin/sh\n"
         f'echo "$*" >> {calls}\n'
         "# In an executor (its working directory is under a worker's), also forget the driver's\n"
-        "# copy of the project that the job puts on the functions' PYTHONPATH: it exists here only\n"
+        "# copy of the project that the job puts on the functions' PYTHONPATH: it exists here "
+        "only\n"
         "# because driver and workers share this machine. Only the shipped copy may serve.\n"
         'case "$PWD" in */worker-*/app-*)\n'
         '  PYTHONPATH=$(printf %s "$PYTHONPATH" | tr : "\\n" | grep -v streamjoin-pyfiles'

@@ -53,7 +53,8 @@ def test_start_prints_the_bootstrap_line_and_stop_ends_the_process(tmp_path):
 def test_a_restart_on_the_same_directory_keeps_its_topics(tmp_path):
     bootstrap = _start(tmp_path)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])["kept"].result(30)
+    created = admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])
+    created["kept"].result(30)
     _stop(tmp_path)
     restarted = _start(tmp_path)
     topics = AdminClient({"bootstrap.servers": restarted}).list_topics(timeout=30).topics

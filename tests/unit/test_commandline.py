@@ -132,7 +132,8 @@ def test_input_of_another_format_is_named(tmp_path):
     (tmp_path / "sub" / "part-3.parquet").write_text("")  # one file of the format is enough
     assert format_mismatch(str(tmp_path), "parquet") is None
     (tmp_path / "empty").mkdir()
-    assert format_mismatch(str(tmp_path / "empty"), "parquet") is None  # nothing yet: a stream waits
+    # Nothing yet: a stream waits.
+    assert format_mismatch(str(tmp_path / "empty"), "parquet") is None
 
 
 def test_the_checkpoint_records_its_input_and_refuses_another(tmp_path):

@@ -269,7 +269,8 @@ def test_campaign_value_and_consumption_survive_a_state_round_trip():
     restored = UserAttribution.from_bytes(blob, ALL)
     assert restored.impressions == state.impressions and restored.visits == state.visits
     assert UserAttribution.from_bytes(blob, ALL).to_bytes() == blob
-    assert restored.fire(WATERMARK_INFINITY) == [r for r in rows_of(events) if r.goal_event_id == "g2"]
+    assert restored.fire(WATERMARK_INFINITY) == [r for r in rows_of(events)
+                                                 if r.goal_event_id == "g2"]
 
 
 # A version-3 blob (no values, no campaigns, a boolean consumed mark: last_touch's), as written

@@ -195,7 +195,8 @@ def run_streaming(config: AttributionConfig, steps, gc: bool = True,
             COVERAGE["copies that replaced a larger one held"] += result.replaced
             state.check_invariants()
         if round_trip:
-            states = {u: UserAttribution.from_bytes(s.to_bytes(), config) for u, s in states.items()}
+            states = {u: UserAttribution.from_bytes(s.to_bytes(), config)
+                      for u, s in states.items()}
         previous_watermark = watermark
     advance(WATERMARK_INFINITY)
     if gc:

@@ -340,7 +340,8 @@ def test_the_changelog_nets_to_the_oracle_over_the_accepted_records(run):
     assert all(not s.open_goals for s in states.values())  # all final at +infinity
     SEEN["runs with a retraction"] += any(r.sign == -1 for rows in changes for r in rows)
     SEEN["runs with a LATE row"] += any(r.emit_timing == "LATE" for rows in changes for r in rows)
-    SEEN["runs with an EARLY row"] += any(r.emit_timing == "EARLY" for rows in changes for r in rows)
+    SEEN["runs with an EARLY row"] += any(r.emit_timing == "EARLY"
+                                          for rows in changes for r in rows)
     SEEN["runs that dropped a record"] += len(accepted) < sum(map(len, batches))
     emitted_goals = {r.goal_event_id for rows in changes for r in rows}
     final_goals = {r.goal_event_id for r in attribute_batch(accepted, config)}

@@ -43,7 +43,8 @@ def test_redelivered_records_count_once():
     assert (first.accepted, first.duplicates) == (3, 0)
     assert (again.accepted, again.duplicates) == (0, 4)
     rows = state.fire(WATERMARK_INFINITY)
-    assert [(r.goal_event_id, r.impression_event_id, r.trail) for r in rows] == [("g1", "i1", ("/a",))]
+    assert [(r.goal_event_id, r.impression_event_id, r.trail)
+            for r in rows] == [("g1", "i1", ("/a",))]
 
 
 def both_orders(events: list) -> list:
@@ -425,7 +426,8 @@ def _trail_scenario(cart_a: tuple, cart_c: tuple) -> tuple[str, ...]:
     with the greatest ``(ts, event_id)``.
     """
     events = [click("i1", 0, 1, "/a"), visit("va", 1, "/a", SEARCH), visit("vc", 2, "/c", "/a"),
-              visit(cart_a[0], cart_a[1], "/cart", "/a"), visit(cart_c[0], cart_c[1], "/cart", "/c"),
+              visit(cart_a[0], cart_a[1], "/cart", "/a"),
+              visit(cart_c[0], cart_c[1], "/cart", "/c"),
               goal("g1", 9, "/done", "/cart")]
     row = attribute(events)["g1"]
     assert row.impression_event_id == "i1"

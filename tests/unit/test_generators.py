@@ -1,7 +1,7 @@
 """Tests of the synthetic event generators without Spark: site, behaviour, disorder, files.
 
-Everything is checked on what was written to disk and read back with ``attribution.spark.files``, the
-way a consumer sees it, not on the generator's in-memory arrays.
+Everything is checked on what was written to disk and read back with
+``attribution.spark.files``, the way a consumer sees it, not on the generator's in-memory arrays.
 """
 from __future__ import annotations
 
@@ -282,7 +282,7 @@ def test_same_bytes_across_processes_and_hash_seeds(tmp_path):
     assert outs[0] == outs[1] and len(outs[0]) > 20
 
 
-# -- disorder ---------------------------------------------------------------------------------------
+# -- disorder -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed,max_delay,fmt", [
     (1, "2 minutes", "json"), (2, "30 seconds", "parquet"), (3, "5000 ms", "avro"),
@@ -421,7 +421,7 @@ def test_truth_matches_the_oracle_in_every_format(tmp_path, fmt):
     assert read_attribution_rows(run.truth_path) == expected and len(expected) > 20
 
 
-# -- errors and writing -----------------------------------------------------------------------------
+# -- errors and writing ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes,message", [
     (dict(users=0), "--users must be at least 1"),
@@ -483,7 +483,8 @@ def test_stream_is_deterministic_per_offset_range_and_bounded():
     lags = np.maximum.accumulate(whole.ts) - whole.ts
     assert 0 < lags.max() <= duration_ms("90 seconds")
     assert len(np.unique(whole.seq)) < 3_000  # redelivered copies
-    assert not (EventStream(params.replace(seed=2)).read(Position(), 100)[0].seq == whole.seq[:100]).all()
+    other = EventStream(params.replace(seed=2)).read(Position(), 100)[0]
+    assert not (other.seq == whole.seq[:100]).all()
 
 
 def test_stream_reader_offsets_follow_the_read_limits():

@@ -68,7 +68,8 @@ def test_generate_through_the_cli(tmp_path, capsys):
     assert not re.search(r"\d,\d{3} ms\b", printed)  # e.g. "119,044 ms"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["params"]["max_delay"] == "30s" and manifest["params"]["users"] == 60
-    assert [p.name for p in data_files(out / "events")] == [f"part-{i:05d}.parquet" for i in range(5)]
+    assert [p.name for p in data_files(out / "events")] == [f"part-{i:05d}.parquet"
+                                                            for i in range(5)]
     assert (out / "truth" / "attributions.parquet").exists() and not (out / "skew.png").exists()
     # The truth's models and the goals with several candidates, per model, as in the manifest.
     truth = manifest["truth"]
@@ -123,7 +124,7 @@ def test_generate_refuses_to_mix_datasets(tmp_path, capsys):
     assert main(args + ["--overwrite"]) == 0
 
 
-# -- load mode ---------------------------------------------------------------------------------------
+# -- load mode -------------------------------------------------------------------------------
 
 def test_load_mode_writes_the_stream_in_complete_files(tmp_path):
     """Without the clock: a fake sleep checks the directory between files."""
@@ -188,7 +189,8 @@ def test_final_heartbeat_lets_a_consumer_flush_every_goal(tmp_path):
     params = GeneratorParams(users=300, sessions_per_block=80, max_delay="90 seconds")
     report = run_load(params, tmp_path, rate=1000, duration_s=1.0, file_interval_s=0.25,
                       sleep=lambda s: None, final_heartbeat=True)
-    assert report.files == 4 and report.heartbeats == 1 and "(+1 heartbeat file)" in report.summary()
+    assert report.files == 4 and report.heartbeats == 1
+    assert "(+1 heartbeat file)" in report.summary()
     events = read_events(tmp_path)
     (n, beat), = _heartbeats(tmp_path)
     assert n == 4 and events[-1].event_type == "heartbeat"

@@ -33,8 +33,9 @@ KEY_PLAN = (
     "stateStoreCkptIds = None, 0, 8000, state cleanup [ left key predicate: (input[1, timestamp, "
     "true] <= 8000000), right key predicate: (input[1, timestamp, true] <= 8000000) ], 2, Append")
 VALUE_PLAN = (
-    "StreamingSymmetricHashJoin [id#1], [id#5], FullOuter, condition = [ leftOnly = null, rightOnly "
-    "= null, both = ((ts#6-T20000ms >= ts#2-T2000ms) AND (ts#6-T20000ms <= ts#2-T2000ms + INTERVAL "
+    "StreamingSymmetricHashJoin [id#1], [id#5], FullOuter, condition = [ leftOnly = null, "
+    "rightOnly = null, both = ((ts#6-T20000ms >= ts#2-T2000ms) AND (ts#6-T20000ms <= "
+    "ts#2-T2000ms + INTERVAL "
     "'03' SECOND)), full = (...) ], state info [ checkpoint = file:/tmp/ck/state, runId = d9e5, "
     "opId = 3, ver = 2, numPartitions = 2] stateStoreCkptIds = None, 0, 1000, state cleanup [ left "
     "value predicate: (ts#2-T2000ms <= -2001000), right value predicate: (ts#6-T20000ms <= 999000) "
@@ -92,7 +93,8 @@ def test_join_type_spellings(how, canonical):
 
 
 def test_unsupported_join_type_lists_the_supported_ones():
-    with pytest.raises(JoinSpecError, match="left_anti.*inner, left_outer, right_outer, full_outer, left_semi"):
+    with pytest.raises(JoinSpecError,
+                       match="left_anti.*inner, left_outer, right_outer, full_outer, left_semi"):
         normalize_join_type("left_anti")
 
 
@@ -147,8 +149,10 @@ def test_window_key_evicts_on_window_end():
     # left.ts + lower <= right.ts <= left.ts + upper; Spark evicts <= threshold, so an inclusive
     # bound keeps one more millisecond.
     (StateValueCondition(lower=0, upper="5 seconds"), -5001, -1),
-    (StateValueCondition(lower="2 seconds", lower_inclusive=False, upper="10 seconds"), -10001, 2000),
-    (StateValueCondition(lower="-3 seconds", upper="10 seconds", upper_inclusive=False), -10000, -3001),
+    (StateValueCondition(lower="2 seconds", lower_inclusive=False, upper="10 seconds"),
+     -10001, 2000),
+    (StateValueCondition(lower="-3 seconds", upper="10 seconds", upper_inclusive=False),
+     -10000, -3001),
 ])
 def test_state_value_thresholds(condition, left_offset, right_offset):
     expected = expected_cleanup(facts("left"), facts("right"), "inner", None, condition)
@@ -229,14 +233,16 @@ def test_parse_key_predicates():
 def test_parse_value_predicates_with_negative_thresholds():
     [join] = parse_plan(VALUE_PLAN)
     assert (join.operator_id, join.join_type, join.eviction_watermark_ms) == (3, "FullOuter", 1000)
-    assert (join.left.strategy, join.left.column, join.left.threshold_ms) == ("state-value", "ts", -2001)
+    assert (join.left.strategy, join.left.column, join.left.threshold_ms) == (
+        "state-value", "ts", -2001)
     assert (join.right.strategy, join.right.threshold_ms) == ("state-value", 999)
 
 
 def test_parse_window_predicates_and_missing_sides():
     [one_sided] = parse_plan(WINDOW_ONE_SIDED_PLAN)
     assert one_sided.left.strategy == "none" and one_sided.left.predicate is None
-    assert (one_sided.right.column, one_sided.right.field, one_sided.right.threshold_ms) == ("win", "end", 19000)
+    assert (one_sided.right.column, one_sided.right.field, one_sided.right.threshold_ms) == (
+        "win", "end", 19000)
     [keyed] = parse_plan(WINDOW_KEY_PLAN)
     assert (keyed.join_type, keyed.left.column, keyed.left.field) == ("LeftSemi", "win", "end")
     [none] = parse_plan(NO_CLEANUP_PLAN)
@@ -260,25 +266,29 @@ def test_check_cleanup_agrees_and_reports_each_difference():
     problems = check_cleanup(value_promise, join)
     assert problems == [
         "join type: expected LeftOuter, Spark runs Inner",
-        "left side (left): expected state-value, Spark chose state-key (input[1, timestamp, true] <= 8000000)",
-        "right side (right): expected state-value, Spark chose state-key (input[1, timestamp, true] <= 8000000)"]
+        "left side (left): expected state-value, Spark chose state-key "
+        "(input[1, timestamp, true] <= 8000000)",
+        "right side (right): expected state-value, Spark chose state-key "
+        "(input[1, timestamp, true] <= 8000000)"]
     with pytest.raises(CleanupMismatch, match="expected LeftOuter"):
         assert_cleanup(value_promise, join)
 
 
 def test_check_cleanup_compares_thresholds():
-    promise = expected_cleanup(facts("left"), facts("right", delay="20 seconds"), "full_outer", None,
-                               StateValueCondition(lower="2 seconds", upper="3 seconds"))
+    promise = expected_cleanup(facts("left"), facts("right", delay="20 seconds"), "full_outer",
+                               None, StateValueCondition(lower="2 seconds", upper="3 seconds"))
     [join] = parse_plan(VALUE_PLAN)
     # The plan's right threshold is W - 1 ms (lower bound 0), not W + 2 s - 1 ms.
     assert check_cleanup(promise, join) == [
-        "right side (right): expected eviction threshold 2999 ms at watermark 1000 ms, Spark uses 999 ms"]
+        "right side (right): expected eviction threshold 2999 ms at watermark 1000 ms, "
+        "Spark uses 999 ms"]
 
 
 # --- metrics ----------------------------------------------------------------------------------
 
 def _progress(batch, total, removed=0, dropped=0, ops=("symmetricHashJoin",)):
-    return {"batchId": batch, "numInputRows": 4, "eventTime": {"watermark": "1970-01-01T00:00:08.000Z"},
+    return {"batchId": batch, "numInputRows": 4,
+            "eventTime": {"watermark": "1970-01-01T00:00:08.000Z"},
             "sink": {"numOutputRows": -1},
             "stateOperators": [{"operatorName": name, "numRowsTotal": total, "numRowsUpdated": 2,
                                 "numRowsRemoved": removed, "numRowsDroppedByWatermark": dropped}
@@ -286,10 +296,13 @@ def _progress(batch, total, removed=0, dropped=0, ops=("symmetricHashJoin",)):
 
 
 def test_join_state_rows_reads_only_join_operators():
-    [row] = join_state_rows(_progress(3, 10, removed=4, dropped=1, ops=("stateStoreSave", "symmetricHashJoin")))
-    assert (row.batch_id, row.join_index, row.total, row.updated, row.removed, row.dropped_by_watermark) == (3, 0, 10, 2, 4, 1)
+    [row] = join_state_rows(_progress(3, 10, removed=4, dropped=1,
+                                      ops=("stateStoreSave", "symmetricHashJoin")))
+    assert (row.batch_id, row.join_index, row.total, row.updated, row.removed,
+            row.dropped_by_watermark) == (3, 0, 10, 2, 4, 1)
     assert row.output_rows is None and row.watermark == "1970-01-01T00:00:08.000Z"
-    assert len(join_state_rows(_progress(1, 5, ops=("symmetricHashJoin", "symmetricHashJoin")))) == 2
+    progress = _progress(1, 5, ops=("symmetricHashJoin", "symmetricHashJoin"))
+    assert len(join_state_rows(progress)) == 2
     assert join_state_rows({"batchId": 0, "stateOperators": []}) == []
     with pytest.raises(TypeError):
         join_state_rows(42)

@@ -48,7 +48,8 @@ SPEC_OUTPUT_FIELDS = [
     ("emit_timing", "string", False),
 ]
 SPARK_TYPES = {"string": T.StringType(), "enum": T.StringType(), "boolean": T.BooleanType(),
-               "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(), "timestamp": T.TimestampType(),
+               "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
+               "timestamp": T.TimestampType(),
                "array<string>": T.ArrayType(T.StringType(), containsNull=False)}
 ARROW_TYPES = {"string": pa.string(), "enum": pa.string(), "boolean": pa.bool_(),
                "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),

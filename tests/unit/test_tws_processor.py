@@ -100,7 +100,8 @@ def test_timer_garbage_collects_an_idle_user(ch7_dir):
     visit = [e for e in read_events(ch7_dir) if e.event_id == "v-cart"]
     tester.test("UserX", [_row(e) for e in visit])
     assert len(tester.peekListState("visits", "UserX")) == 1
-    tester.setWatermark(_ms("12:13:00"))  # ts == W - lookback: still kept (dropped once ts < W - lookback)
+    # ts == W - lookback: still kept (dropped once ts < W - lookback).
+    tester.setWatermark(_ms("12:13:00"))
     assert len(tester.peekListState("visits", "UserX")) == 1
     tester.setWatermark(_ms("12:13:00") + 1)
     assert tester.peekListState("visits", "UserX") == []
