@@ -9,13 +9,13 @@ from dataclasses import asdict
 from attribution.config import parse_duration_ms
 from joins.durations import format_duration_ms
 
+from .console import log
 from .datasets import Dataset, make_dataset, measure_state_encoding, read_events_arrow
 from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, STREAM_BACKENDS, run_label, table_variants
 from .report import (
     evenly_spaced,
     fmt_bytes,
     fmt_number,
-    log,
     plateau_verdict,
     print_main,
     render_table,
