@@ -51,7 +51,11 @@ def _median(samples: list[float]) -> float:
 
 
 def measure(run: Callable[[], Callable[[], object]], repeat: int) -> tuple[float, float, object]:
-    """Median wall and CPU seconds of the timed part; ``run`` does the set-up and returns it."""
+    """Median wall and CPU seconds of the timed part; ``run`` does the set-up and returns it.
+
+    :param run: does the set-up and returns the part to time.
+    :param repeat: how many runs the medians are taken over.
+    """
     wall, cpu = [], []
     result = None
     for _ in range(repeat):
@@ -64,6 +68,11 @@ def measure(run: Callable[[], Callable[[], object]], repeat: int) -> tuple[float
 
 
 def fire_all(events: list[Event], config: AttributionConfig) -> Callable[[], Callable[[], list]]:
+    """Every event added first, then one fire at +infinity (timed), as batch mode does.
+
+    :param events: the one user's events.
+    :param config: the attribution settings.
+    """
     def setup():
         state = UserAttribution(CHAIN_USER, config)
         state.add(events)
@@ -73,7 +82,12 @@ def fire_all(events: list[Event], config: AttributionConfig) -> Callable[[], Cal
 
 def streaming(events: list[Event], config: AttributionConfig,
               batches: int) -> Callable[[], Callable[[], list]]:
-    """Arrival in time order, ``batches`` batches, the watermark just below the next batch."""
+    """Arrival in time order, ``batches`` batches, the watermark just below the next batch.
+
+    :param events: the one user's events.
+    :param config: the attribution settings.
+    :param batches: how many batches the events arrive in.
+    """
     size = max(1, len(events) // batches)
     ordered = sorted(events, key=lambda e: (e.ts, e.event_id))
     groups = [ordered[k:k + size] for k in range(0, len(ordered), size)]
@@ -92,6 +106,11 @@ def streaming(events: list[Event], config: AttributionConfig,
 
 
 def state_bytes(events: list[Event], config: AttributionConfig):
+    """A round trip of the user's state through its bytes (timed), after one fire.
+
+    :param events: the one user's events.
+    :param config: the attribution settings.
+    """
     def setup():
         state = UserAttribution(CHAIN_USER, config)
         state.add(events)
@@ -105,6 +124,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's options from ``argv``; a bad value exits with a usage error.
+
+    :param argv: the arguments (default: the command line).
+    """
     scenarios = ("chain", "session", "repeat", "goal-heavy", "organic-heavy", "streaming",
                  "state-bytes")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
@@ -132,6 +155,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Run and print each scenario the options ask for; return the exit code.
+
+    :param argv: the arguments (default: the command line).
+    """
     args = parse_args(argv)
     config = AttributionConfig(models=args.models)
     n = args.visits

@@ -38,6 +38,10 @@ _SAMPLE_USERS = 2_000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's options from ``argv``.
+
+    :param argv: the arguments (default: the command line).
+    """
     parser = argparse.ArgumentParser(
         description="Measure the generator end to end (python -m generators generate), with and "
                     "without the truth, in events per second of wall time.",
@@ -65,7 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def users_for(events: int, fmt: str) -> int:
-    """Users that make about ``events`` events with the default knobs (measured on a sample)."""
+    """Users that make about ``events`` events with the default knobs (measured on a sample).
+
+    :param events: about how many events are wanted.
+    :param fmt: the event file format.
+    """
     from generators.dataset import build
     from generators.params import GeneratorParams
 
@@ -74,7 +82,13 @@ def users_for(events: int, fmt: str) -> int:
 
 
 def run_once(out: Path, users: int, args: argparse.Namespace, truth: bool) -> dict:
-    """One ``generate`` command; its records, wall seconds and CPU seconds (helpers included)."""
+    """One ``generate`` command; its records, wall seconds and CPU seconds (helpers included).
+
+    :param out: the directory the events go to (overwritten).
+    :param users: how many users to generate.
+    :param args: the parsed command line (format, files, ...).
+    :param truth: generate the truth file too.
+    """
     command = [sys.executable, "-m", "generators", "generate", "--out", str(out),
                "--users", str(users), "--format", args.format, "--files", str(args.files),
                "--overwrite", "--quiet", "--truth" if truth else "--no-truth",
@@ -95,6 +109,10 @@ def run_once(out: Path, users: int, args: argparse.Namespace, truth: bool) -> di
 
 
 def main(argv=None) -> int:
+    """Time the generator with and without the truth and print the rates.
+
+    :param argv: the arguments (default: the command line).
+    """
     args = parse_args(argv)
     users = users_for(args.events, args.format)
     scratch = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="streamgen-bench-"))

@@ -64,7 +64,12 @@ def peak_rss_mb() -> float:
 
 
 def run_core(sessions: int, organic_every: int, shape: str) -> dict:
-    """Add every event to one ``UserAttribution`` and fire at +infinity, as batch mode does."""
+    """Add every event to one ``UserAttribution`` and fire at +infinity, as batch mode does.
+
+    :param sessions: the hot user's sessions (10 events each).
+    :param organic_every: every N-th session has no ad click (0: none).
+    :param shape: how the hot user's events are laid out, one of ``SHAPES``.
+    """
     from attribution.core import WATERMARK_INFINITY, UserAttribution
 
     build_started = time.perf_counter()
@@ -88,7 +93,13 @@ def _core_child(queue, sessions: int, organic_every: int, shape: str) -> None:
 
 
 def run_core_limited(sessions: int, organic_every: int, shape: str, limit_s: float) -> dict:
-    """``run_core`` in a fresh child process (its own peak RSS), abandoned after ``limit_s``."""
+    """``run_core`` in a fresh child process (its own peak RSS), abandoned after ``limit_s``.
+
+    :param sessions: the hot user's sessions (10 events each).
+    :param organic_every: every N-th session has no ad click (0: none).
+    :param shape: how the hot user's events are laid out, one of ``SHAPES``.
+    :param limit_s: seconds after which the child is killed.
+    """
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_core_child, args=(queue, sessions, organic_every, shape))
@@ -110,6 +121,10 @@ class TreeRssSampler:
     job is a Python driver, a JVM and Python workers; none of them reports for the others)."""
 
     def __init__(self, pid: int):
+        """A sampler of ``pid`` and its descendants; sampling runs inside ``with``.
+
+        :param pid: the root process of the tree to sample.
+        """
         self.pid, self.peak_mb, self._stop = pid, 0.0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -153,7 +168,12 @@ class TreeRssSampler:
 
 
 def write_event_files(events: list[Event], out: Path, files: int) -> Path:
-    """JSON-lines files in time order with increasing mtimes, and a final heartbeat file."""
+    """JSON-lines files in time order with increasing mtimes, and a final heartbeat file.
+
+    :param events: the events, in time order.
+    :param out: the directory under which ``events/`` is created.
+    :param files: how many event files to split them into.
+    """
     from attribution.spark.files import write_events
 
     events_dir = out / "events"
@@ -172,7 +192,15 @@ def write_event_files(events: list[Event], out: Path, files: int) -> Path:
 
 def run_spark(sessions: int, organic_every: int, shape: str, backend: str, files: int,
               work: Path) -> dict:
-    """The job over the hot key's files, as a subprocess: time, peak RSS, and the checked rows."""
+    """The job over the hot key's files, as a subprocess: time, peak RSS, and the checked rows.
+
+    :param sessions: the hot user's sessions (10 events each).
+    :param organic_every: every N-th session has no ad click (0: none).
+    :param shape: how the hot user's events are laid out, one of ``SHAPES``.
+    :param backend: the job's stateful backend.
+    :param files: how many event files to split the input into.
+    :param work: the run's scratch directory (input, output, checkpoint).
+    """
     import pyarrow.parquet as pq
 
     events = hot_key_events(sessions, organic_every, shape)
@@ -207,6 +235,10 @@ def run_spark(sessions: int, organic_every: int, shape: str, backend: str, files
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's options from ``argv``; an unknown shape exits with a usage error.
+
+    :param argv: the arguments (default: the command line).
+    """
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=type(
             "Formatter", (argparse.ArgumentDefaultsHelpFormatter,
@@ -239,6 +271,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Run the core and the Spark job on each shape; print and check the results.
+
+    :param argv: the arguments (default: the command line).
+    """
     args = parse_args(argv)
     print(f"hot key: one user, {args.sessions:,} sessions (up to {args.sessions * 10:,} events), "
           f"{args.sessions:,} goals; time limit per core run {args.time_limit:.0f} s", flush=True)

@@ -40,7 +40,10 @@ _MEANINGS = {
 
 
 def exit_codes_help(*codes: ExitCode) -> str:
-    """The ``exit codes:`` block of a ``--help`` epilog, for ``codes`` (default: all)."""
+    """The ``exit codes:`` block of a ``--help`` epilog, for ``codes`` (default: all).
+
+    :param codes: the exit codes to list; none: every code.
+    """
     lines = ["exit codes:"]
     lines += [f"  {int(code):<4} {_MEANINGS[code]}" for code in (codes or ExitCode)]
     return "\n".join(lines)
@@ -60,6 +63,10 @@ class Failure(Exception):
 
 
 def report_failure(failure: Failure, stream: Optional[TextIO] = None) -> int:
-    """Print ``failure`` as one ``error:`` line (newlines folded) and return its exit code."""
+    """Print ``failure`` as one ``error:`` line (newlines folded) and return its exit code.
+
+    :param failure: the failure to report.
+    :param stream: where the line goes (default: ``sys.stderr``).
+    """
     print(f"error: {' '.join(failure.message.split())}", file=stream or sys.stderr, flush=True)
     return int(failure.code)

@@ -46,13 +46,20 @@ def option(default: Any = None, help: str = "", group: str = "", *, kind: str = 
 
 
 def option_fields(cls: type, group: Optional[str] = None) -> list[dataclasses.Field]:
-    """The fields of ``cls`` declared with ``option``, optionally one group's, in order."""
+    """The fields of ``cls`` declared with ``option``, optionally one group's, in order.
+
+    :param cls: the settings dataclass.
+    :param group: the group whose fields to return; ``None``: every group's.
+    """
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata
             and (group is None or f.metadata["group"] == group)]
 
 
 def flag(f: dataclasses.Field) -> str:
-    """The command-line flag of an option field: ``max_delay`` -> ``--max-delay``."""
+    """The command-line flag of an option field: ``max_delay`` -> ``--max-delay``.
+
+    :param f: the option field.
+    """
     return "--" + f.name.replace("_", "-")
 
 
@@ -120,5 +127,9 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):
+        """Exit with the usage exit code and ``message`` as one ``error:`` line.
+
+        :param message: argparse's description of the problem.
+        """
         self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {' '.join(message.split())} "
                                        f"(see {self.prog} --help)\n")

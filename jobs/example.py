@@ -21,6 +21,11 @@ from jobs import attribution_job
 
 
 def main(argv=None) -> int:
+    """Run the job on a generated example and check it against the batch oracle.
+
+    :param argv: the arguments (default: the command line).
+    :returns: the job's exit code, or 1 when its output differs from the oracle's.
+    """
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="out/example",

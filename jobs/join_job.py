@@ -171,10 +171,15 @@ class ClickJoinRun(MicroBatchProgress):
         return sorted(self.history, key=lambda b: b["batch_id"])
 
     def total(self, key: str) -> int:
+        """The sum of ``key`` over the micro-batches seen.
+
+        :param key: a field of the micro-batch counts (``output_rows``, ...).
+        """
         return sum(b[key] for b in self.history)
 
     @property
     def output_rows(self) -> int:
+        """The rows the join wrote, over all micro-batches."""
         return self.total("output_rows")
 
     def _account(self, p) -> dict:
@@ -184,6 +189,10 @@ class ClickJoinRun(MicroBatchProgress):
         return click_join.batch_counts(progress, row)
 
     def line(self, batch: dict) -> str:
+        """The progress line of one micro-batch.
+
+        :param batch: one micro-batch's counts.
+        """
         return (f"batch {batch['batch_id']}: read {batch['records_read']} records "
                 f"({batch['invalid']} invalid, dead-lettered; {batch['duplicates_dropped']} "
                 f"duplicates and {batch['dropped_by_watermark']} late rows dropped), wrote "
@@ -204,6 +213,8 @@ class ClickJoinRun(MicroBatchProgress):
             self.inspection_error = str(err)
 
     def mismatches(self) -> list[str]:
+        """Where the state cleanup Spark chose differs from the expected one; empty when it
+        matches."""
         return check_cleanup(self.expected, self.inspection) if self.inspection else []
 
     def metrics(self, settings: JoinSettings) -> dict:
@@ -343,12 +354,29 @@ class ClickJoinJob(StreamingJob):
 
     def run(self, spark, settings: JoinSettings,
             stop: Optional[StopRequests] = None) -> ClickJoinRun:
+        """Run the join as ``settings`` asks, until its input is consumed or it is stopped.
+
+        :param spark: the ``SparkSession``.
+        :param settings: the parsed options.
+        :param stop: the signals that ask the query to stop, or ``None``.
+        """
         return run(spark, settings, stop)
 
     def report(self, result: ClickJoinRun, settings: JoinSettings, stop: StopRequests) -> str:
+        """The run's closing report.
+
+        :param result: the finished run.
+        :param settings: the parsed options.
+        :param stop: the signals that asked to stop; the one received is named.
+        """
         return result.report(settings, stop.signal_name)
 
     def write_files(self, result: ClickJoinRun, settings: JoinSettings) -> None:
+        """Write the run's metrics file, if the options ask for one.
+
+        :param result: the finished run.
+        :param settings: the parsed options (where the metrics go).
+        """
         write_metrics(result, settings)
 
 

@@ -36,12 +36,18 @@ _LABEL_WIDTH = 15
 
 
 def watermark_text(watermark: Optional[str]) -> str:
-    """Spark's watermark, or ``"none yet"`` while it has not been set."""
+    """Spark's watermark, or ``"none yet"`` while it has not been set.
+
+    :param watermark: the watermark from a progress report, or ``None``.
+    """
     return "none yet" if watermark in (None, NO_WATERMARK) else watermark
 
 
 def rate_text(rows_per_second: Optional[float]) -> str:
-    """A rate in rows per second, to three significant figures or so."""
+    """A rate in rows per second, to three significant figures or so.
+
+    :param rows_per_second: the rate, or ``None``/NaN when unknown.
+    """
     if rows_per_second is None or rows_per_second != rows_per_second:  # None or NaN
         return "n/a"
     if rows_per_second >= 100:
@@ -50,7 +56,10 @@ def rate_text(rows_per_second: Optional[float]) -> str:
 
 
 def size_text(size: Optional[int]) -> str:
-    """A byte count in B, KB, MB or GB (powers of 1024)."""
+    """A byte count in B, KB, MB or GB (powers of 1024).
+
+    :param size: the byte count, or ``None`` when unknown.
+    """
     if size is None:
         return "n/a"
     value, unit = float(size), "B"
@@ -66,7 +75,10 @@ def _count(value: Optional[int]) -> str:
 
 
 def per_model(counts: Mapping[str, int]) -> str:
-    """``last_touch 80, linear 78``: a count per model."""
+    """``last_touch 80, linear 78``: a count per model.
+
+    :param counts: a count per model name, in the order to show.
+    """
     return ", ".join(f"{m} {n}" for m, n in counts.items())
 
 
@@ -99,12 +111,15 @@ class RunReport:
 
     @property
     def organic(self) -> int:
+        """The goals no model credited to an impression."""
         return self.goals - self.attributed
 
     def as_dict(self) -> dict:
+        """The report as a JSON-ready dict, ``organic`` included."""
         return {**asdict(self), "organic": self.organic}
 
     def render(self) -> str:
+        """The report as the lines printed at the end of a run."""
         ending = f"stopped by {self.stopped_by}" if self.stopped_by else "finished"
         fields = [("input rows", self.input_rows)]
         if self.mode == "stream":
@@ -250,6 +265,10 @@ class BatchProgress(MicroBatchProgress):
                 "watermark": watermark}
 
     def line(self, record: dict) -> str:
+        """The progress line of one micro-batch.
+
+        :param record: one micro-batch's record, as ``_record`` made it.
+        """
         goals, attributed = record["goals"], record["attributed"]
         if len(self.models) > 1:
             credited = f"attributed per model: {per_model(record['attributed_by_model'])}"
@@ -264,6 +283,10 @@ class BatchProgress(MicroBatchProgress):
                 f"{watermark_text(record['watermark'])}")
 
     def report(self, **fields) -> RunReport:
+        """The run's ``RunReport``: the totals over the micro-batches seen, and ``fields``.
+
+        :param fields: the ``RunReport`` fields the totals do not give (mode, stop, ...).
+        """
         t = self.totals
         return RunReport(input_rows=t["input"], late_rows=t["late"], goals=t["goals"],
                          attributed=t["attributed"][self.models[0]],

@@ -41,6 +41,10 @@ example:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The report's options from ``argv``; a bad option exits with a usage error.
+
+    :param argv: the arguments (default: the command line).
+    """
     parser = argparse.ArgumentParser(
         prog="attribution-report", description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,6 +56,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Write the report of an attribution output; return the exit code.
+
+    :param argv: the arguments (default: the command line).
+    """
     args = parse_args(argv)
     if Path(args.out).resolve() == Path(args.attributions).resolve():
         print("error: --out must not be the --attributions directory: the report's Parquet "

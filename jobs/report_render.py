@@ -47,6 +47,9 @@ def conversions_chart(totals: pd.DataFrame, path: Path) -> None:
 
     ``totals``: ``report_tables.campaign_totals``. The ``(organic)`` line is left out: organic
     goals credit no campaign.
+
+    :param totals: the campaign totals (``report_tables.campaign_totals``).
+    :param path: the PNG file to write.
     """
     credited = totals[totals["campaign"] != ORGANIC]
     by_campaign = credited.pivot_table(index="campaign", columns="model", values="conversions",
@@ -76,6 +79,9 @@ def value_chart(daily: pd.DataFrame, path: Path) -> None:
     """Daily credited value per model (all campaigns) as a PNG time series at ``path``.
 
     ``daily``: ``report_tables.daily_summary``.
+
+    :param daily: the daily summary (``report_tables.daily_summary``).
+    :param path: the PNG file to write.
     """
     series = (daily.groupby(["day", "model"])["credited_value"].sum(min_count=1)
               .unstack("model").sort_index())
@@ -117,7 +123,13 @@ img { max-width: 100%; }
 
 def html_page(daily: pd.DataFrame, totals: pd.DataFrame, charts: list[Path],
               summary: str) -> str:
-    """The report as one HTML document: ``summary``, the charts inlined, then both tables."""
+    """The report as one HTML document: ``summary``, the charts inlined, then both tables.
+
+    :param daily: the daily summary (``report_tables.daily_summary``).
+    :param totals: the campaign totals (``report_tables.campaign_totals``).
+    :param charts: the chart PNG files to inline.
+    :param summary: one line about the source, shown first.
+    """
     def table(frame: pd.DataFrame) -> str:
         return frame.to_html(index=False, na_rep="", float_format=lambda v: f"{v:,.2f}",
                              border=0)
@@ -148,6 +160,11 @@ def write_report(daily: pd.DataFrame, totals: pd.DataFrame, out: Path, summary: 
 
     ``daily``/``totals``: ``report_tables.daily_summary`` and ``campaign_totals``; ``summary``:
     one line about the source shown atop the page. Returns the files written. Needs matplotlib.
+
+    :param daily: the daily summary (``report_tables.daily_summary``).
+    :param totals: the campaign totals (``report_tables.campaign_totals``).
+    :param out: the directory to write into (created).
+    :param summary: one line about the source.
     """
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -35,6 +35,8 @@ def daily_summary(table: pd.DataFrame) -> pd.DataFrame:
     ``table``: folded attribution rows with ``goal_ts`` (UTC timestamps), ``impression_id``,
     ``impression_campaign``, ``goal_event_id``, ``model``, ``credit``, ``credited_value``.
     Rows are sorted by model, day and campaign.
+
+    :param table: the folded attribution rows (columns above).
     """
     organic = table["impression_id"].isna()
     campaign = table["impression_campaign"].astype("object")
@@ -65,6 +67,8 @@ def campaign_totals(daily: pd.DataFrame) -> pd.DataFrame:
     """``daily_summary`` summed over days: one row per model and campaign.
 
     Goal counts add up across days because every goal has exactly one day.
+
+    :param daily: the frame ``daily_summary`` returned.
     """
     grouped = daily.groupby(["model", "campaign"], sort=True)
     totals = grouped[["conversions", "attributed_goals", "organic_goals"]].sum()

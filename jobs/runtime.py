@@ -143,7 +143,10 @@ def launched_by_spark_submit() -> bool:
 def ship_packages(spark) -> Optional[Path]:
     """Zip the project's packages and ``addPyFile`` them, so executors on other machines can
     import them. Skipped (returns ``None``) when the packages are not importable from a source
-    tree, e.g. when they were pip-installed on every node."""
+    tree, e.g. when they were pip-installed on every node.
+
+    :param spark: the ``SparkSession`` whose executors get the zip.
+    """
     if not all((ROOT / pkg / "__init__.py").exists() for pkg in PACKAGES):
         return None
     scratch = Path(tempfile.mkdtemp(prefix="streamjoin-pyfiles-"))
@@ -165,6 +168,8 @@ def ship_project(spark) -> None:
     PYSPARK_PYTHON cannot import the project it fails with "No module named 'attribution'".
     The functions' environment does reach it; on executors of other hosts the path is absent
     and ignored, and there the shipped copy is used.
+
+    :param spark: the ``SparkSession`` whose executors and driver workers get the zip.
     """
     packages = ship_packages(spark)
     if packages is not None:
@@ -350,6 +355,9 @@ def unexpected_failure(error: BaseException, log_file: Optional[str]) -> Failure
 
     The traceback (Python's, with Spark's Java one inside the message) is appended to
     ``log_file`` (or, with none, to a file of ``default_log_file``'s kind), never printed.
+
+    :param error: the exception.
+    :param log_file: the file the traceback is appended to; ``None``: a default log file.
     """
     path = Path(log_file or default_log_file("failure"))
     try:
@@ -432,7 +440,10 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
 
 def checkpoint_started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
-    entry). Remote checkpoints count as started: they are not listed."""
+    entry). Remote checkpoints count as started: they are not listed.
+
+    :param checkpoint: the query's checkpoint location (a path or URI).
+    """
     if is_remote(checkpoint):
         return True
     offsets = Path(checkpoint) / "offsets"
@@ -483,6 +494,9 @@ def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
     its work. With a processing-time trigger the query then idles until its next trigger and
     stops there; under ``available-now`` the next micro-batch starts at once and is the one
     cancelled, to be redone on restart.
+
+    :param query: the ``StreamingQuery`` to stop.
+    :param poll_seconds: how often to look whether the micro-batch in flight has committed.
     """
     def last_batch():
         progress = query.lastProgress

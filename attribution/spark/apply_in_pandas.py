@@ -56,12 +56,17 @@ def state_text(blob: bytes) -> str:
     compressed blob of a few hundred kilobytes per key and micro-batch, that was a fifth of the
     JVM's time. An ASCII string crosses both ways by plain copies; base64 costs a third more
     bytes and microseconds per blob.
+
+    :param blob: the state blob (bytes) to store.
     """
     return binascii.b2a_base64(blob, newline=False).decode("ascii")
 
 
 def state_blob(text: str) -> bytes:
-    """The blob that ``state_text`` stored as ``text``."""
+    """The blob that ``state_text`` stored as ``text``.
+
+    :param text: the state column's text, as ``state_text`` wrote it.
+    """
     return binascii.a2b_base64(text)
 
 
@@ -74,7 +79,10 @@ warnings.filterwarnings("ignore", category=FutureWarning,
 
 
 def make_group_state_function(config: AttributionConfig) -> Callable:
-    """The function for ``groupBy('user_id').applyInPandasWithState(...)``."""
+    """The function for ``groupBy('user_id').applyInPandasWithState(...)``.
+
+    :param config: the attribution settings (models, lookback, ...).
+    """
 
     def attribute_user(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
         (user_id,) = key
@@ -108,6 +116,8 @@ def make_batch_function(config: AttributionConfig) -> Callable:
     consecutive (possibly across Arrow batches). Working a partition at a time rather than
     ``groupBy().applyInPandas`` saves a pandas frame in and out per user, which cost more than
     the attribution itself.
+
+    :param config: the attribution settings (models, lookback, ...).
     """
     schema = output_arrow_schema()
 
@@ -169,7 +179,11 @@ _SIZE = struct.Struct("<I")   # the uncompressed size, which zstd's decoder is g
 
 def encode_bucket(users: dict, watermark: Optional[int] = None) -> bytes:
     """A bucket's users (``user_id -> (wakeup, state, inbox)``) and the watermark it last
-    advanced to, as one versioned, compressed value."""
+    advanced to, as one versioned, compressed value.
+
+    :param users: the bucket's users, ``user_id -> (wakeup, state, inbox)``.
+    :param watermark: the watermark the bucket last advanced to, or ``None``.
+    """
     raw = pickle.dumps((users, watermark), protocol=5)
     return b"".join((bytes([BUCKET_STATE_VERSION]), _SIZE.pack(len(raw)),
                      _CODEC.compress(raw, asbytes=True)))
@@ -177,7 +191,10 @@ def encode_bucket(users: dict, watermark: Optional[int] = None) -> bytes:
 
 def decode_bucket(blob: bytes) -> tuple[dict, Optional[int]]:
     """The users and watermark of a bucket written by ``encode_bucket`` of this or an earlier
-    version (earlier versions hold no watermark: None)."""
+    version (earlier versions hold no watermark: None).
+
+    :param blob: the stored bucket value.
+    """
     version = blob[0] if blob else None
     if version == 1:
         users = fastavro.schemaless_reader(io.BytesIO(blob[1:]), _BUCKET_V1_READER, None)["users"]
@@ -194,7 +211,10 @@ def decode_bucket(blob: bytes) -> tuple[dict, Optional[int]]:
 
 
 def bucket_user_count(text: str) -> int:
-    """How many users a bucket's stored state (its state column's text) holds."""
+    """How many users a bucket's stored state (its state column's text) holds.
+
+    :param text: the bucket's state column text; empty: no state.
+    """
     return len(decode_bucket(state_blob(text))[0]) if text else 0
 
 
@@ -209,6 +229,8 @@ def make_bucket_state_function(config: AttributionConfig) -> Callable:
 
     Its output has one more column, ``STATE_USERS_CHANGE``: Spark counts the buckets it holds,
     not the users, so a call whose bucket gained or lost users says so in a marker row.
+
+    :param config: the attribution settings (models, lookback, ...).
     """
 
     def attribute_bucket(key, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:

@@ -63,7 +63,10 @@ _SYNC_SIZE = 16
 
 
 def register(spark) -> str:
-    """Register the source with a session; returns its format name."""
+    """Register the source with a session; returns its format name.
+
+    :param spark: the ``SparkSession`` to register the source with.
+    """
     spark.dataSource.register(AvroEventSource)
     return SOURCE_NAME
 
@@ -90,6 +93,8 @@ def list_files(directory: str) -> list[tuple[int, str]]:
     ``(mtime_ns, absolute path)``, in read order.
 
     Hidden and underscore-prefixed names (temporary files, markers) are not input.
+
+    :param directory: the input directory, or one Avro file; a local path or ``file:`` URI.
     """
     root = _local_path(directory)
     if root.is_file():  # one file named directly
@@ -173,7 +178,10 @@ def _salvage(data: bytes, uri: str) -> Iterator[tuple[Optional[dict], Optional[s
 def read_file(path: str) -> Iterator[tuple[Optional[dict], Optional[str]]]:
     """The records of one Avro file as ``(record, None)``, and ``(None, reason)`` for each part
     that cannot be decoded. A healthy file is read by fastavro's reader in one pass; only a
-    file that fails is read again block by block, so nothing is yielded twice."""
+    file that fails is read again block by block, so nothing is yielded twice.
+
+    :param path: the local path of the Avro file.
+    """
     uri = Path(path).as_uri()
     try:
         with open(path, "rb") as fh:
@@ -191,7 +199,11 @@ def read_file(path: str) -> Iterator[tuple[Optional[dict], Optional[str]]]:
 
 
 def file_batches(path: str, batch_rows: int = 8_192) -> Iterator[pa.RecordBatch]:
-    """One file's rows in the source schema, as Arrow record batches."""
+    """One file's rows in the source schema, as Arrow record batches.
+
+    :param path: the local path of the Avro file.
+    :param batch_rows: the most rows per record batch.
+    """
     uri = Path(path).as_uri()
     modified = _EPOCH + _dt.timedelta(microseconds=os.stat(path).st_mtime_ns // 1000)
     rows: list[dict] = []
@@ -212,6 +224,10 @@ class FilesPartition(InputPartition):
     """The files one task reads."""
 
     def __init__(self, files: list[str]):
+        """A partition of the input that reads ``files``, in order.
+
+        :param files: the paths of the Avro files this partition reads.
+        """
         super().__init__(files)
         self.files = files
 
@@ -245,9 +261,11 @@ class AvroEventSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name to give ``spark.read.format``/``readStream.format``."""
         return SOURCE_NAME
 
     def schema(self):
+        """The source's schema: the event fields and the file columns."""
         return source_struct()
 
     def _path(self) -> str:
@@ -258,9 +276,17 @@ class AvroEventSource(DataSource):
         return path
 
     def streamReader(self, schema) -> "AvroEventStreamReader":
+        """The streaming reader of the ``path`` option's directory.
+
+        :param schema: the schema Spark asks for (always ``schema()``'s; unused).
+        """
         return AvroEventStreamReader(self._path(), _max_files(self.options))
 
     def reader(self, schema) -> "AvroEventBatchReader":
+        """The batch reader of the ``path`` option's directory.
+
+        :param schema: the schema Spark asks for (always ``schema()``'s; unused).
+        """
         return AvroEventBatchReader(self._path())
 
 
@@ -268,21 +294,34 @@ class AvroEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """Offsets are the files seen; see the module docstring."""
 
     def __init__(self, path: str, max_files_per_trigger: int):
+        """A streaming reader of the Avro files under ``path``.
+
+        :param path: the input directory (or one file).
+        :param max_files_per_trigger: the most new files per micro-batch; 0: no limit.
+        """
         self.path = path
         self.max_files = max_files_per_trigger
         self._available_now: Optional[list] = None
 
     def initialOffset(self) -> dict:
+        """The offset before any file: no file seen yet."""
         return {"upto": None, "files": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """At most ``max_files_per_trigger`` files per micro-batch, or all new files without it."""
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the listing that an available-now run reads up to."""
         # Trigger.AvailableNow reads what exists now and no file that appears later.
         self._available_now = list_files(self.path)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The offset after the new files the next micro-batch reads (``start`` when none).
+
+        :param start: the offset the next micro-batch starts from.
+        :param limit: how many new files the micro-batch may take (``ReadMaxFiles`` or all).
+        """
         listing = self._available_now if self._available_now is not None else list_files(self.path)
         upto = tuple(start["upto"]) if start.get("upto") else None
         new = [f for f in listing if upto is None or f > upto]
@@ -293,23 +332,44 @@ class AvroEventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"upto": list(new[-1]), "files": [p for _, p in new]}
 
     def partitions(self, start: dict, end: dict) -> list[FilesPartition]:
+        """The partitions that read the files between ``start`` and ``end``.
+
+        :param start: the offset the micro-batch starts from.
+        :param end: the offset it ends at, listing its files.
+        """
         return _partitions(list(end["files"]) if end != start else [])
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of ``partition``'s files, as Arrow record batches.
+
+        :param partition: the files to read (a ``FilesPartition``).
+        """
         return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: the files stay where they are."""
+        """Nothing to release: the files stay where they are.
+
+        :param end: the offset Spark has committed (unused).
+        """
 
 
 class AvroEventBatchReader(DataSourceReader):
     """Every Avro file of the directory, once."""
 
     def __init__(self, path: str):
+        """A batch reader of the Avro files under ``path``.
+
+        :param path: the input directory (or one file).
+        """
         self.path = path
 
     def partitions(self) -> list[FilesPartition]:
+        """The partitions that read every Avro file of the path."""
         return _partitions([p for _, p in list_files(self.path)])
 
     def read(self, partition: FilesPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of ``partition``'s files, as Arrow record batches.
+
+        :param partition: the files to read (a ``FilesPartition``).
+        """
         return _read_partition(partition)

@@ -38,7 +38,10 @@ DEFAULT_FILES = 20
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The benchmark's options from ``argv`` (default: the command line), checked; a bad value
-    exits with a one-line usage error."""
+    exits with a one-line usage error.
+
+    :param argv: the arguments (default: the command line).
+    """
     parser = argparse.ArgumentParser(
         prog=PROG, description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,7 +253,11 @@ def _check_sustainable(parser: argparse.ArgumentParser, args: argparse.Namespace
 
 
 def run(spark, args) -> dict:
-    """Run everything ``args`` asks for in ``spark``; print the tables; return the numbers."""
+    """Run everything ``args`` asks for in ``spark``; print the tables; return the numbers.
+
+    :param spark: the ``SparkSession`` to run in.
+    :param args: the parsed command line.
+    """
     if args.shuffle_partitions is not None:
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     for key, value in args.conf.items():
@@ -296,7 +303,10 @@ def run(spark, args) -> dict:
 
 
 def main(argv=None) -> int:
-    """Start a Spark session as the command line asks and run the benchmark in it."""
+    """Start a Spark session as the command line asks and run the benchmark in it.
+
+    :param argv: the arguments (default: the command line).
+    """
     args = parse_args(argv)
     from jobs.runtime import build_spark_session, ship_packages
 

@@ -84,7 +84,10 @@ SIZING_STATE_GB = (0.1, 1, 10, 100)
 def parse_batch_sizes(text: str) -> list[int]:
     """``--cost-batch-events``: comma-separated events per micro-batch, ascending, repeats
     dropped; ``ValueError`` naming the bad item, or when fewer than two sizes are given (the fit
-    could not tell events from state)."""
+    could not tell events from state).
+
+    :param text: the option's value.
+    """
     sizes = set()
     for item in (i.strip() for i in text.split(",")):
         if not item.isdigit() or int(item) < 1:
@@ -101,7 +104,10 @@ def parse_batch_sizes(text: str) -> list[int]:
 def sst_bytes_per_event(micro_batches: list[dict]) -> float:
     """The state's size on disk per event read: least squares through zero of each micro-batch's
     SST bytes on the events read up to and including it (``micro_batches`` as
-    ``listeners.micro_batch_figures`` gives them)."""
+    ``listeners.micro_batch_figures`` gives them).
+
+    :param micro_batches: one run's micro-batch figures, in order.
+    """
     read, num, den = 0, 0.0, 0.0
     for b in micro_batches:
         read += b["input_rows"]
@@ -119,7 +125,11 @@ def run_points(runs: list[list[dict]], batches: int) -> tuple[list[dict], float]
     """The points of one layout at one size from its repeated ``runs`` (each the micro-batches
     of one run), over the first ``batches`` micro-batches (the data files), leaving out the
     first and any that overlapped a micro-batch of another query in some run; and the state
-    bytes per event read (see the module docstring)."""
+    bytes per event read (see the module docstring).
+
+    :param runs: each run's micro-batch figures.
+    :param batches: the micro-batches that read data files.
+    """
     for micro in runs:
         if len(micro) < batches:
             raise RuntimeError(f"a run had {len(micro)} micro-batches, fewer than the "
@@ -144,7 +154,11 @@ def fit(points: list[dict], target: str) -> dict:
     """Ordinary least squares of ``target`` ("seconds" or "cpu_seconds") = a + b x events +
     c x state MB over the ``points`` that have it: the coefficients, their standard errors, R^2
     and the RMS residual; each point gets its fitted value and residual (``<target>_fitted``,
-    ``<target>_residual``)."""
+    ``<target>_residual``).
+
+    :param points: the measured micro-batches (``events``, ``state_mb`` and the target).
+    :param target: the measure to fit, ``"seconds"`` or ``"cpu_seconds"``.
+    """
     import numpy as np
 
     known = [p for p in points if p[target] is not None]
@@ -168,14 +182,23 @@ def fit(points: list[dict], target: str) -> dict:
 
 def predict(model: dict, events: float, state_mb: float) -> float:
     """``model``'s seconds for one micro-batch of ``events`` events over ``state_mb`` MB of
-    state, a coefficient below zero counted as zero."""
+    state, a coefficient below zero counted as zero.
+
+    :param model: a fit, as ``fit`` returns it.
+    :param events: events in the micro-batch.
+    :param state_mb: the state's size in MB.
+    """
     return (max(model["a"], 0.0) + max(model["b"], 0.0) * events
             + max(model["c"], 0.0) * state_mb)
 
 
 def describe(model: dict, unit: str) -> str:
     """``model``'s coefficients with their standard errors, and how well it fits; ``unit``
-    names what it predicts."""
+    names what it predicts.
+
+    :param model: a fit, as ``fit`` returns it.
+    :param unit: the unit of what it predicts (e.g. ``s`` or ``CPU s``).
+    """
     return (f"a = {model['a']:.3f} {unit} (+/- {model['a_se']:.3f}), "
             f"b = {model['b'] * 1000:.4f} {unit} per 1,000 events "
             f"(+/- {model['b_se'] * 1000:.4f}), c = {model['c']:.4f} {unit} per MB of state "
@@ -188,7 +211,11 @@ def scaling_check(points: list[dict], batches: int) -> Optional[dict]:
     """The state-scaling check over the points of one size, from runs of ``batches``
     micro-batches (n = batches / 4): 4 x the mean time of the points among micro-batches 2..4n
     over the mean of those among 2..n (see the module docstring), in wall time (the verdict)
-    and in CPU time; None when no point is left among 2..n."""
+    and in CPU time; None when no point is left among 2..n.
+
+    :param points: the points of one layout at one size.
+    :param batches: the micro-batches per run.
+    """
     n = batches // 4
     first = [p for p in points if p["batch"] <= n]
     every = [p for p in points if p["batch"] <= 4 * n]
@@ -216,7 +243,11 @@ def scaling_check(points: list[dict], batches: int) -> Optional[dict]:
 def sizing_table(cpu_model: dict, trigger_s: float) -> str:
     """One layout's sizing table from its CPU model: per input rate (rows) and state size
     (columns), the core-seconds of one micro-batch every ``trigger_s`` and the cores that
-    keep up, core-seconds over the trigger interval, rounded up."""
+    keep up, core-seconds over the trigger interval, rounded up.
+
+    :param cpu_model: the layout's fit of ``cpu_seconds``.
+    :param trigger_s: the trigger interval, seconds.
+    """
     rows = [["events/s"] + [f"{gb:g} GB state" for gb in SIZING_STATE_GB]]
     for rate in SIZING_RATES:
         cells = []
@@ -244,7 +275,11 @@ def _points_table(points: list[dict]) -> str:
 def cost_model_mode(bench: Bench, args) -> dict:
     """Run every layout of ``args.cost_layouts`` at each of its sizes (``args.cost_batch_events``
     if given, else ``DEFAULT_BATCH_SIZES``); print the fits with their points, the
-    state-scaling check and the sizing tables; return them all."""
+    state-scaling check and the sizing tables; return them all.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     layouts, batches = args.cost_layouts, args.cost_batches
     repeats, trigger_s = args.cost_repeats, args.cost_trigger_ms / 1000
     plan = {layout: list(args.cost_batch_events or DEFAULT_BATCH_SIZES[layout])

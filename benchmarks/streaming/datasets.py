@@ -48,7 +48,16 @@ def _events_per_user(base: dict) -> float:
 def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
                  models: tuple = DEFAULT_MODELS, **overrides) -> Dataset:
     """Generate about ``events`` records (Parquet, ``files`` files and a heartbeat) under
-    ``root``; its runs attribute with ``models``."""
+    ``root``; its runs attribute with ``models``.
+
+    :param root: the directory the dataset is written under.
+    :param events: about how many records to generate.
+    :param files: how many data files.
+    :param seed: the generator's seed.
+    :param label: the dataset's name in the tables.
+    :param models: the attribution models its runs use.
+    :param overrides: further generator parameters (``GeneratorParams`` fields).
+    """
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
@@ -70,7 +79,10 @@ def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
 
 def closed_window_events(dataset: Dataset) -> int:
     """How many events the native count must have emitted: append mode emits a window once the
-    final watermark has passed its end, so events in a still-open window are not counted yet."""
+    final watermark has passed its end, so events in a still-open window are not counted yet.
+
+    :param dataset: the generated dataset.
+    """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -93,6 +105,8 @@ def read_events_arrow(events_dir: Path) -> list:
 
     The generator's files are valid by construction, so per-record validation (``parse_event``)
     is skipped: this measures the core, not the validator.
+
+    :param events_dir: the dataset's directory of Parquet files.
     """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -120,6 +134,9 @@ def measure_state_encoding(dataset: Dataset, events: list) -> dict:
     applyInPandasWithState stores inside its bucket maps (with the user id and wake-up next to
     it); both are measured per retained event, next to the same events' Avro encoding
     (``EVENT_SCHEMA``, schemaless).
+
+    :param dataset: the generated dataset.
+    :param events: its events, as ``read_events_arrow`` returns them.
     """
     import fastavro
 

@@ -20,7 +20,11 @@ RUN_LABELS = {
 
 def run_label(kind: str, allowed_lateness_ms: int = 0) -> str:
     """How the tables name a run of ``kind`` (one of ``RUN_KINDS``), with its allowed lateness
-    when it has one."""
+    when it has one.
+
+    :param kind: the run's kind, one of ``RUN_KINDS``.
+    :param allowed_lateness_ms: the run's allowed lateness, ms (0: none).
+    """
     label = RUN_LABELS.get(kind, kind)
     if allowed_lateness_ms:
         label += f", allowed lateness {format_duration_ms(allowed_lateness_ms)}"
@@ -29,7 +33,11 @@ def run_label(kind: str, allowed_lateness_ms: int = 0) -> str:
 
 def table_variants(kinds: list[str], lateness_ms: list[int]) -> list[tuple[str, int]]:
     """The rows of a main table: ``(kind, allowed lateness)`` for every kind of ``kinds``, the
-    streaming backends once per value of ``lateness_ms`` (the others have none)."""
+    streaming backends once per value of ``lateness_ms`` (the others have none).
+
+    :param kinds: the kinds to run.
+    :param lateness_ms: the allowed lateness values (ms) of the streaming backends.
+    """
     return [(kind, ms) for kind in kinds
             for ms in (lateness_ms if kind in STREAM_BACKENDS else [0])]
 

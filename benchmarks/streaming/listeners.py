@@ -23,6 +23,7 @@ class ProgressRecorder:
     """
 
     def __init__(self):
+        """A recorder with its listener (``listener``) not yet added to a session."""
         from pyspark.sql.streaming import StreamingQueryListener
 
         recorder = self
@@ -47,6 +48,7 @@ class ProgressRecorder:
         self._terminated: set[str] = set()
 
     def start_window(self) -> None:
+        """Forget what was recorded: record from now on only."""
         with self._cond:
             self._started, self._progress, self._terminated = {}, [], set()
 
@@ -66,7 +68,11 @@ class ProgressRecorder:
 
     def wait_started(self, name: str, timeout: float = 120.0) -> None:
         """Wait until a query named ``name`` has started since ``start_window``, for at most
-        ``timeout`` seconds; raise if none did."""
+        ``timeout`` seconds; raise if none did.
+
+        :param name: the query's name.
+        :param timeout: the most seconds to wait.
+        """
         with self._cond:
             if not self._cond.wait_for(lambda: name in self._started.values(), timeout):
                 raise RuntimeError(f"query {name!r} did not start within {timeout:.0f}s")
@@ -74,7 +80,11 @@ class ProgressRecorder:
     def wait_for(self, name: str, timeout: float = 120.0) -> list[dict]:
         """Wait until every query started since ``start_window`` has ended (at least one named
         ``name``), for at most ``timeout`` seconds; return the progress of the queries named
-        ``name``."""
+        ``name``.
+
+        :param name: the query's name.
+        :param timeout: the most seconds to wait.
+        """
         def done() -> bool:
             return (name in self._started.values()
                     and set(self._started) <= self._terminated)
@@ -88,14 +98,20 @@ class ProgressRecorder:
 
     def others(self, name: str) -> list[dict]:
         """The progress recorded since ``start_window`` of the queries not named ``name`` (e.g.
-        the job's dead-letter query beside its main one); call after ``wait_for``."""
+        the job's dead-letter query beside its main one); call after ``wait_for``.
+
+        :param name: the name of the query to leave out.
+        """
         with self._cond:
             runs = {run for run, n in self._started.items() if n != name}
             return [p for p in self._progress if p["runId"] in runs]
 
 
 def batches_with_data(progress: list[dict]) -> list[dict]:
-    """The updates of micro-batches that ran (``micro_batch_ran``), each once."""
+    """The updates of micro-batches that ran (``micro_batch_ran``), each once.
+
+    :param progress: progress updates, as JSON dicts.
+    """
     seen, out = set(), []
     for p in sorted(progress, key=lambda p: (p["runId"], p["batchId"])):
         key = (p["runId"], p["batchId"])
@@ -119,7 +135,10 @@ class StateStats:
 
 
 def epoch_s(timestamp: str) -> float:
-    """Seconds since the epoch of a progress report's ISO-8601 ``timestamp``."""
+    """Seconds since the epoch of a progress report's ISO-8601 ``timestamp``.
+
+    :param timestamp: the report's ``timestamp`` field.
+    """
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -136,7 +155,12 @@ def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None
     processes used meanwhile (from ``cpu_timeline``, ``MemoryPeaks.cpu_timeline``; None
     without it), whether a micro-batch of another query (``others``, progress of micro-batches
     that ran) overlapped it, and, summed over the stateful operators, the state rows and the
-    state store's size on disk (RocksDB SST files, bytes) at its end."""
+    state store's size on disk (RocksDB SST files, bytes) at its end.
+
+    :param batches: the progress of the micro-batches that ran, in order.
+    :param cpu_timeline: the sampled CPU seconds over time, or ``None``.
+    :param others: the progress of other queries' micro-batches that ran.
+    """
     busy = [_span(p) for p in others]
     out = []
     for p in batches:
@@ -153,7 +177,10 @@ def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None
 
 
 def state_stats(batches: list[dict]) -> StateStats:
-    """The state figures of ``batches``, the progress of micro-batches that ran, in order."""
+    """The state figures of ``batches``, the progress of micro-batches that ran, in order.
+
+    :param batches: the progress of the micro-batches that ran, in order.
+    """
     stats = StateStats()
     for p in batches:
         stats.durations_per_batch.append(p.get("durationMs"))

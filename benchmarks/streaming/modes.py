@@ -35,7 +35,11 @@ WARMUP_EVENTS = 5_000
 
 
 def interleaved(kinds: list, repeats: int) -> list[tuple[int, object]]:
-    """Each repeat runs every kind (or variant) once, the order rotated by one per repeat."""
+    """Each repeat runs every kind (or variant) once, the order rotated by one per repeat.
+
+    :param kinds: the kinds or variants to run.
+    :param repeats: how many times each runs.
+    """
     order = []
     for r in range(repeats):
         shift = r % len(kinds)
@@ -46,7 +50,13 @@ def interleaved(kinds: list, repeats: int) -> list[tuple[int, object]]:
 def run_size(bench: Bench, dataset: Dataset, variants: list[tuple[str, int]],
              repeats: int) -> list[RunResult]:
     """Every variant (``(kind, allowed lateness)``, see ``kinds.table_variants``) ``repeats``
-    times, interleaved; the core runs first once as the reference."""
+    times, interleaved; the core runs first once as the reference.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param dataset: the dataset to run over.
+    :param variants: the ``(kind, allowed lateness)`` pairs to run.
+    :param repeats: runs per variant.
+    """
     results = []
     plan = interleaved(variants, repeats)
     core = (CORE, 0)
@@ -67,7 +77,11 @@ def run_size(bench: Bench, dataset: Dataset, variants: list[tuple[str, int]],
 def warm_up(bench: Bench, args) -> None:
     """Run every Spark kind once, untimed, on a small dataset: the first query of a JVM pays for
     class loading and JIT compilation, which would otherwise be charged to whichever kind the
-    interleaving happens to put first."""
+    interleaving happens to put first.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
                            args.seed + 1, "warm-up", args.models)
     # The main table warms what it runs; the other modes run the native count and both backends.
@@ -80,7 +94,14 @@ def warm_up(bench: Bench, args) -> None:
 
 def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) -> dict:
     """Every kind of ``kinds``, ``args.repeats`` times, on one dataset of about ``events``
-    records tagged ``label``; return its summaries, runs, state encoding and rendered table."""
+    records tagged ``label``; return its summaries, runs, state encoding and rendered table.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    :param kinds: the kinds to run.
+    :param events: about how many records the dataset has.
+    :param label: the dataset's name.
+    """
     dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label,
                            args.models)
     variants = table_variants(kinds, args.allowed_lateness)
@@ -100,7 +121,12 @@ def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) ->
 
 def scale_mode(bench: Bench, args, kinds: list[str]) -> dict:
     """The main table of ``kinds`` at each of ``SCALE_FRACTIONS`` of ``args.events``, then how
-    each kind's median time grew from the smallest size to the largest."""
+    each kind's median time grew from the smallest size to the largest.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    :param kinds: the kinds to run.
+    """
     sections = []
     for fraction in SCALE_FRACTIONS:
         events = int(args.events * fraction)
@@ -134,7 +160,11 @@ def scale_mode(bench: Bench, args, kinds: list[str]) -> dict:
 
 
 def state_growth_mode(bench: Bench, args) -> dict:
-    """A horizon many lookbacks long; per backend, state rows with GC and without it."""
+    """A horizon many lookbacks long; per backend, state rows with GC and without it.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     lookback_ms = parse_duration_ms(GROWTH_LOOKBACK)
     overrides = {"lookback": GROWTH_LOOKBACK, "span": GROWTH_SPAN, "sessions_per_user": 2.0,
                  "session_gap": "1 day"}
@@ -197,7 +227,11 @@ LEVERS = (
 
 
 def lever_mode(bench: Bench, args) -> dict:
-    """Every lever once on one dataset, next to the job's own run and the native count."""
+    """Every lever once on one dataset, next to the job's own run and the native count.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, args.files,
                            args.seed, "levers", args.models)
     reference = bench.run(CORE, dataset, 0)
@@ -233,7 +267,11 @@ def lever_mode(bench: Bench, args) -> dict:
 
 def join_mode(bench: Bench, args) -> dict:
     """The click-through join (jobs/join_job.py) once per cleanup strategy, on a dataset of about
-    ``args.join_events`` records, next to the native count on the same files."""
+    ``args.join_events`` records, next to the native count on the same files.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     from attribution.spark.click_join import STRATEGIES
     from jobs.join_job import parse_args as join_args
     from jobs.join_job import run as join_run

@@ -44,7 +44,11 @@ class Summary:
 def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list[Summary]:
     """One row per variant of ``variants`` (``(kind, allowed lateness)``, see
     ``kinds.table_variants``) that has runs in ``results``, in that order; ratios are against
-    the native count's medians."""
+    the native count's medians.
+
+    :param results: the runs.
+    :param variants: the table's rows, in order.
+    """
     by_kind = defaultdict(list)
     for r in results:
         by_kind[(r.kind, r.allowed_lateness_ms)].append(r)
@@ -78,12 +82,20 @@ def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list
 
 
 def fmt_number(value, fmt: str = ",.0f", none: str = "-") -> str:
-    """``value`` formatted with ``fmt``, or ``none`` when it is missing."""
+    """``value`` formatted with ``fmt``, or ``none`` when it is missing.
+
+    :param value: the number, or ``None``.
+    :param fmt: the format spec.
+    :param none: the text for a missing value.
+    """
     return none if value is None else format(value, fmt)
 
 
 def render_table(summaries: list[Summary]) -> str:
-    """The main table: one line per summary, numbers right-aligned."""
+    """The main table: one line per summary, numbers right-aligned.
+
+    :param summaries: the table's rows, as ``summarise`` returns them.
+    """
     header = ("run", "events/s", "x native", "median s", "CPU s", "x native CPU", "JVM MiB",
               "workers MiB", "driver MiB", "total MiB", "batches", "state rows", "peak rows",
               "state SST", "peak SST", "check")
@@ -109,7 +121,10 @@ def render_table(summaries: list[Summary]) -> str:
 
 def align_table(rows: list) -> str:
     """``rows`` of text cells, the header first, as a table: the first column left-aligned, the
-    others right-aligned, a rule under the header."""
+    others right-aligned, a rule under the header.
+
+    :param rows: the rows, each a list of text cells; the header first.
+    """
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join([row[0].ljust(widths[0])]
                        + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])])
@@ -119,7 +134,10 @@ def align_table(rows: list) -> str:
 
 
 def fmt_bytes(value: Optional[int]) -> str:
-    """A byte count in KiB or MiB."""
+    """A byte count in KiB or MiB.
+
+    :param value: the byte count, or ``None``.
+    """
     if value is None:
         return "-"
     if value >= MIB:
@@ -165,7 +183,11 @@ def java_version() -> str:
 
 def print_main(section: dict, args) -> None:
     """Print one dataset's table (``section``, from ``modes.main_table``) and its state encoding;
-    ``args`` gives the file batching and repeats it was run with."""
+    ``args`` gives the file batching and repeats it was run with.
+
+    :param section: one dataset's results.
+    :param args: the parsed command line.
+    """
     print(f"\n== {section['label']}: {section['records']:,} input records (Parquet, "
           f"{section['files']} files incl. heartbeat, maxFilesPerTrigger="
           f"{args.max_files_per_trigger}), median of {args.repeats} interleaved run(s) ==")
@@ -191,7 +213,10 @@ def print_main(section: dict, args) -> None:
 
 def plateau_verdict(rows: list[int]) -> str:
     """Compare the state in the last third of the batches (the heartbeat's batch excluded, since
-    it moves the watermark past everything) with the middle third."""
+    it moves the watermark past everything) with the middle third.
+
+    :param rows: the state rows at the end of each micro-batch, in order.
+    """
     body = rows[:-1] if len(rows) > 3 else rows
     if len(body) < 3:
         return "too few batches to tell"
@@ -207,7 +232,11 @@ def plateau_verdict(rows: list[int]) -> str:
 
 
 def evenly_spaced(values: list, width: int = 12) -> list:
-    """About ``width`` evenly spaced values, the last one always included."""
+    """About ``width`` evenly spaced values, the last one always included.
+
+    :param values: the values to pick from.
+    :param width: about how many to pick.
+    """
     if len(values) <= width:
         return list(values)
     step = len(values) / (width - 1)
@@ -215,7 +244,11 @@ def evenly_spaced(values: list, width: int = 12) -> list:
 
 
 def sparkline(values: list[int], width: int = 12) -> str:
-    """About ``width`` of ``values``, evenly spaced, shortened and bracketed."""
+    """About ``width`` of ``values``, evenly spaced, shortened and bracketed.
+
+    :param values: the values to show.
+    :param width: about how many to show.
+    """
     if not values:
         return "-"
     return "[" + " ".join(_short(v) for v in evenly_spaced(values, width)) + "]"

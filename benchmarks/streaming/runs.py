@@ -47,6 +47,7 @@ class RunResult:
 
     @property
     def events_per_s(self) -> float:
+        """Input records per second of the run's wall time (NaN without time)."""
         return self.records / self.seconds if self.seconds > 0 else float("nan")
 
     def as_dict(self) -> dict:
@@ -59,7 +60,11 @@ class RunResult:
 def native_counts(events, watermark_delay: str):
     """Spark's own stateful aggregation over the streaming DataFrame ``events``: a count per user
     per ``NATIVE_WINDOW`` of event time, with a watermark ``watermark_delay`` behind, heartbeats
-    dropped after it saw them."""
+    dropped after it saw them.
+
+    :param events: the streaming DataFrame of events.
+    :param watermark_delay: how far the watermark trails, e.g. ``"10 minutes"``.
+    """
     from pyspark.sql import functions as F
 
     from attribution.spark.pipeline import drop_heartbeats
@@ -84,7 +89,12 @@ class Bench:
 
     def __init__(self, spark, work: Path, args):
         """``work``: where datasets and runs go; ``args``: the parsed command line (file
-        batching, sampling interval)."""
+        batching, sampling interval).
+
+        :param spark: the ``SparkSession`` the runs use.
+        :param work: where datasets and runs go.
+        :param args: the parsed command line (file batching, sampling interval).
+        """
         self.spark = spark
         self.work = work
         self.args = args
@@ -98,7 +108,10 @@ class Bench:
         self.spark.streams.removeListener(self.recorder.listener)
 
     def scratch(self, name: str) -> Path:
-        """A new, empty directory for one run's output and checkpoint (``name`` tags it)."""
+        """A new, empty directory for one run's output and checkpoint (``name`` tags it).
+
+        :param name: a tag for the directory's name.
+        """
         self._runs += 1
         path = self.work / "runs" / f"{self._runs:03d}-{name}"
         path.mkdir(parents=True)
@@ -106,7 +119,10 @@ class Bench:
 
     @contextmanager
     def session_conf(self, conf: dict) -> Iterator[None]:
-        """Set the Spark configuration ``conf`` (key -> value) while inside, then restore it."""
+        """Set the Spark configuration ``conf`` (key -> value) while inside, then restore it.
+
+        :param conf: configuration key -> value.
+        """
         saved = {key: self.spark.conf.get(key, None) for key in conf}
         try:
             for key, value in conf.items():
@@ -121,7 +137,11 @@ class Bench:
 
     def timed(self, fn: Callable[[], object], query_name: Optional[str] = None) -> tuple:
         """Run ``fn`` with memory sampled and progress recorded; return (result, seconds,
-        memory peaks, micro-batches of the streaming query named ``query_name``, if any)."""
+        memory peaks, micro-batches of the streaming query named ``query_name``, if any).
+
+        :param fn: the work to time.
+        :param query_name: the streaming query whose micro-batches to return, or ``None``.
+        """
         self.recorder.start_window()
         self.sampler.reset()
         started = time.perf_counter()
@@ -133,7 +153,13 @@ class Bench:
 
     def run(self, kind: str, dataset: Dataset, repeat: int, **job_options) -> RunResult:
         """One timed run of ``kind`` over ``dataset``; ``repeat`` tags it, ``job_options`` go to
-        the attribution job (``lookback``, ``options``, ``allowed_lateness_ms``)."""
+        the attribution job (``lookback``, ``options``, ``allowed_lateness_ms``).
+
+        :param kind: what to run, one of ``RUN_KINDS``.
+        :param dataset: the input.
+        :param repeat: which repeat this is.
+        :param job_options: options for the attribution job.
+        """
         scratch = self.scratch(kind)
         try:
             if kind == NATIVE:
@@ -206,7 +232,13 @@ class Bench:
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
                  **stream_options) -> RunResult:
         """The attribution query alone (no validation, no dead-letter query), for levers:
-        ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only."""
+        ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only.
+
+        :param dataset: the input.
+        :param backend: the stateful backend.
+        :param conf: Spark configuration for this run only, or ``None``.
+        :param stream_options: options for ``attribution_stream``.
+        """
         from pyspark.sql import functions as F
 
         from attribution.spark.pipeline import attribution_stream
@@ -259,7 +291,11 @@ class Bench:
 
 def goal_counts(rows, model: str) -> tuple[int, int]:
     """Goals, and goals ``model`` credited to an impression, among attribution rows (a model may
-    give a goal several rows)."""
+    give a goal several rows).
+
+    :param rows: attribution rows.
+    :param model: the model to count.
+    """
     goals = {(r.user_id, r.goal_event_id) for r in rows if r.model == model}
     attributed = {(r.user_id, r.goal_event_id) for r in rows if r.model == model and not r.organic}
     return len(goals), len(attributed)

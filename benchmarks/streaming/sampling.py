@@ -68,7 +68,12 @@ class MemoryPeaks:
 def cpu_between(timeline: list, start: float, end: float) -> Optional[float]:
     """The CPU seconds used from ``start`` to ``end`` (epoch seconds) by the sampled processes,
     interpolated linearly between the samples of ``timeline`` (``MemoryPeaks.cpu_timeline``);
-    None when the samples do not cover that span."""
+    None when the samples do not cover that span.
+
+    :param timeline: the samples, ``(epoch seconds, CPU seconds)``.
+    :param start: the span's start, epoch seconds.
+    :param end: the span's end, epoch seconds.
+    """
     times = [t for t, _ in timeline]
     if not times or start < times[0] or end > times[-1] or end < start:
         return None
@@ -97,7 +102,10 @@ class MemorySampler:
     """
 
     def __init__(self, interval: float = 0.2):
-        """``interval``: seconds between two samples."""
+        """``interval``: seconds between two samples.
+
+        :param interval: seconds between two samples.
+        """
         self.interval = interval
         self.me = os.getpid()
         self.peaks = MemoryPeaks()
@@ -112,7 +120,10 @@ class MemorySampler:
     @contextmanager
     def excluding(self, pid: int) -> Iterator[None]:
         """Leave process ``pid`` and its children out of the samples while inside (e.g. a load
-        generator that is this process's child but not part of what is measured)."""
+        generator that is this process's child but not part of what is measured).
+
+        :param pid: the process to leave out, with its children.
+        """
         with self._lock:
             self._excluded = self._excluded | {pid}
         try:
@@ -150,6 +161,7 @@ class MemorySampler:
             self.sample()
 
     def sample(self) -> None:
+        """Take one sample: the peaks of each process group and each process's CPU."""
         table = _process_table()
         parent = table.get(self.me, (0, "", 0, 0.0))[0]
         root = parent if table.get(parent, (0, ""))[1] == "java" else self.me

@@ -109,7 +109,13 @@ def bisect_rates(low: int, high: int, probes: int,
     """Probe rates (events/s) between ``low`` and ``high`` with ``sustainable``, at most
     ``probes`` times: ``low``, then ``high``, then geometric means of the highest sustainable
     and the lowest unsustainable rate so far. Return (highest sustainable, lowest
-    unsustainable), either None when no probe found one."""
+    unsustainable), either None when no probe found one.
+
+    :param low: the lowest rate, events/s.
+    :param high: the highest rate, events/s.
+    :param probes: the most probes.
+    :param sustainable: whether a rate is sustainable (runs a probe).
+    """
     best = worst = None
     rate = low
     for _ in range(probes):
@@ -126,7 +132,11 @@ def bisect_rates(low: int, high: int, probes: int,
 
 
 def percentile(values: list, q: float) -> Optional[float]:
-    """The nearest-rank ``q`` percentile (0 < q <= 100) of ``values``; None when empty."""
+    """The nearest-rank ``q`` percentile (0 < q <= 100) of ``values``; None when empty.
+
+    :param values: the values.
+    :param q: the percentile, 0 < q <= 100.
+    """
     if not values:
         return None
     ordered = sorted(values)
@@ -218,7 +228,13 @@ def _run_load(events_dir: Path, rate: int, duration_s: float, file_interval_s: f
 def probe(bench: Bench, kind: str, rate: int, settings: dict) -> dict:
     """Feed ``kind``'s query ``rate`` events/s for ``settings["duration_s"]`` (also
     ``trigger_s``, ``file_interval_s`` and the generator's ``seed``); return its figures (see
-    the module docstring), ``sustainable`` among them."""
+    the module docstring), ``sustainable`` among them.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param kind: the kind of query to feed.
+    :param rate: the input rate, events/s.
+    :param settings: the probe's timing and seed (see above).
+    """
     scratch = bench.scratch(f"sustain-{kind}-{rate}")
     events_dir, out = scratch / "events", scratch / "out"
     events_dir.mkdir()
@@ -332,7 +348,15 @@ def _goal_commits(kind: str, out: Path, goals: dict) -> dict:
 def analyse(kind: str, rate: int, settings: dict, events_dir: Path, out: Path,
             progress: list[dict]) -> dict:
     """The figures of one probe of ``kind`` at ``rate``, from its input files, its output's
-    sink log and ``progress``, the query's micro-batches; ``settings`` as for ``probe``."""
+    sink log and ``progress``, the query's micro-batches; ``settings`` as for ``probe``.
+
+    :param kind: the probed kind.
+    :param rate: the probed rate, events/s.
+    :param settings: as for ``probe``.
+    :param events_dir: the probe's input directory.
+    :param out: the query's output directory.
+    :param progress: the query's micro-batches' progress.
+    """
     trigger_s, duration_s = settings["trigger_s"], settings["duration_s"]
     files = _input_files(events_dir)
     written = sum(rows for _, rows, _ in files)
@@ -382,7 +406,11 @@ def analyse(kind: str, rate: int, settings: dict, events_dir: Path, out: Path,
 # -- the mode -------------------------------------------------------------------------------------
 def sustainable_mode(bench: Bench, args) -> dict:
     """Bisect each kind of ``args.sustainable_kinds`` for its highest sustainable rate; print
-    the table and return every probe."""
+    the table and return every probe.
+
+    :param bench: the benchmark's session, scratch space and samplers.
+    :param args: the parsed command line.
+    """
     settings = {"trigger_s": args.sustainable_trigger_ms / 1000,
                 "duration_s": args.sustainable_duration_ms / 1000,
                 "file_interval_s": args.sustainable_file_interval_ms / 1000, "seed": args.seed}
@@ -421,7 +449,11 @@ def sustainable_mode(bench: Bench, args) -> dict:
 
 def render_sustainable(runs: list[dict], max_rate: int) -> str:
     """The mode's table: one line per kind (``runs`` as ``sustainable_mode`` returns them);
-    ``max_rate`` is the upper bound of the search."""
+    ``max_rate`` is the upper bound of the search.
+
+    :param runs: each kind's probes, as ``sustainable_mode`` returns them.
+    :param max_rate: the upper bound of the search, events/s.
+    """
     header = ("run", "sustainable events/s", "first unsustainable", "CPU s per M events",
               "latency p50 s", "latency p99 s")
     rows = [header]
