@@ -24,8 +24,8 @@ by batch id and written by an atomic rename (``sinks.ParquetSink.write_micro_bat
 ``_audited/<k>`` marks micro-batch ``k`` as done. A crash between the two rewrites the same
 file: exactly once. A micro-batch whose input the source no longer holds (records a Kafka
 topic's retention deleted before the audit came to them) is marked with the reason instead, and
-reported by ``unaudited_batches``: never counted as having no late record. The records carry their origin as their source names it (``source_file``
-for files).
+reported by ``unaudited_batches``: never counted as having no late record. The records carry
+their origin as their source names it (``source_file`` for files).
 """
 from __future__ import annotations
 

@@ -136,7 +136,8 @@ def test_spark_reasons_match_the_python_validator(spark, tmp_path):
     records += [GOOD_VISIT, GOOD_IMPRESSION, HEARTBEAT, {**HEARTBEAT, "user_id": 7, "url": 1},
                 {**GOOD_VISIT, "referer": 5}, {**GOOD_VISIT, "url": ""},
                 {**GOOD_VISIT, "url": {"a": 1}}, {**GOOD_IMPRESSION, "impression_id": 2.0},
-                {**GOOD_IMPRESSION, "impression_id": 2.5}, {**GOOD_IMPRESSION, "impression_id": True},
+                {**GOOD_IMPRESSION, "impression_id": 2.5},
+                {**GOOD_IMPRESSION, "impression_id": True},
                 {**GOOD_VISIT, "event_id": ""}, {**GOOD_VISIT, "is_goal": None},
                 {**GOOD_VISIT, "ts": "1970-01-01T12:03:50.123456+02:00"},
                 # campaign and value (spec section 7)

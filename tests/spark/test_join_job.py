@@ -203,17 +203,20 @@ def test_job_output_equals_an_independent_join(spark, tmp_path, clicks, strategy
     assert metrics["totals"]["records_read"] == len(clicks) + 1  # each record once, heartbeat too
     assert metrics["totals"]["invalid"] == metrics["totals"]["duplicates_dropped"] == 0
     assert metrics["totals"]["output_rows"] == sum(expected.values())  # observed rows written
-    detected = {"state-key": "state-key", "mixed": "state-key", "state-value": "state-value"}[strategy]
+    detected = {"state-key": "state-key", "mixed": "state-key",
+                "state-value": "state-value"}[strategy]
     assert metrics["detected"]["impression"]["strategy"] == detected
     assert metrics["detected"]["visit"]["strategy"] == detected
     assert metrics["matches_expected"] is True and metrics["mismatches"] == []
     # The heartbeat advanced both sides: W = min over the sides = heartbeat - 10 minutes.
-    assert metrics["batches"][-1]["watermark"] == ms_to_iso(heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
+    assert metrics["batches"][-1]["watermark"] == ms_to_iso(
+        heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
 
 
 def test_strategies_really_differ_on_this_data(clicks):
     """Guard against a dataset where all strategies agree (the comparison would prove less)."""
-    key, value, mixed = (independent_join(clicks, s, "inner") for s in ("state-key", "state-value", "mixed"))
+    key, value, mixed = (independent_join(clicks, s, "inner")
+                         for s in ("state-key", "state-value", "mixed"))
     assert key != value and mixed != key and mixed != value
     assert mixed == key & value
 
@@ -273,7 +276,8 @@ def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, click
     assert recorded["watermark_delay"] == {"impression": "5 minutes", "visit": "10 minutes"}
     # Both sides saw the heartbeat: the impression side alone would give heartbeat - 5 minutes,
     # an impression side stuck at its last impression would give far less.
-    assert recorded["batches"][-1]["watermark"] == ms_to_iso(heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
+    assert recorded["batches"][-1]["watermark"] == ms_to_iso(
+        heartbeat_ms(clicks) - 10 * MS_PER_MINUTE)
     assert recorded["matches_expected"] is True
     assert [b["batch_id"] for b in recorded["batches"]] == list(range(len(recorded["batches"])))
 

@@ -267,7 +267,8 @@ class CrashedRun:
             output = self.output
             self.kill_at("after state commit",
                          ready=lambda n: (b := planned(n)) is not None
-                         and bool(state_versions_written(checkpoint, b) and uncommitted_parts(output)
+                         and bool(state_versions_written(checkpoint, b)
+                                  and uncommitted_parts(output)
                                   or committed(checkpoint, b)),
                          verify=lambda n: bool(state_versions_written(checkpoint, planned(n)))
                          and bool(uncommitted_parts(output))

@@ -122,7 +122,7 @@ def test_random_streams_give_the_rows_of_one_key_per_user():
     assert len(bucket) == 0
 
 
-# -- with revisions (section 8) ---------------------------------------------------------------------
+# -- with revisions (section 8) ------------------------------------------------------------
 
 MINUS_INFINITY = -(2 ** 62)
 SEEN: Counter = Counter()
@@ -200,7 +200,8 @@ def test_with_revisions_a_bucket_gives_the_changelog_of_per_user_keys_seeing_eve
                                early_results=early)
     events = _random_events(rng, 240)
     events += [rng.choice(events) for _ in range(10)]  # redelivered copies
-    arrival = sorted(events, key=lambda e: e.ts + rng.choice([0, 0, 500, 2_000, 9_000, 25_000, 60_000]))
+    delays = [0, 0, 500, 2_000, 9_000, 25_000, 60_000]
+    arrival = sorted(events, key=lambda e: e.ts + rng.choice(delays))
     batches = [arrival[k:k + 20] for k in range(0, len(arrival), 20)]
     delay = 1_000
     bucket = BucketScheduler(config, events_from_json_list)
