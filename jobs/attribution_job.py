@@ -400,10 +400,6 @@ def run_stream(spark, settings: AttributionSettings,
         for warning in bucket_warnings(settings.state_buckets, shuffle_partitions):
             print(f"warning: {warning}", file=sys.stderr, flush=True)
     layout = (settings.backend, settings.state_buckets, settings.tws_state)
-    # Reading the checkpoint's state needs Spark's state store coordinator, which the session's
-    # streaming query manager registers when it is first used (Spark 4.2 fails the read
-    # without it in a session that has not started a query yet).
-    spark.streams
     users_at_start = state_users_at_start(spark, settings.checkpoint, *layout)
     events = valid_events(classified_stream(spark, settings, settings.max_files_per_trigger))
     rows = attribution_stream(events, watermark_delay_ms=settings.watermark_delay_ms,
