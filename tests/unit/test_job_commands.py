@@ -145,7 +145,7 @@ UNDECODABLE = ("[FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] Encountered
 
 def test_a_file_spark_cannot_decode_is_explained_with_exit_code_3(job, tmp_path, capsys,
                                                                  monkeypatch):
-    """The real failure, through Spark, is in tests/spark/test_job_commands.py; this one
+    """The real failure, through Spark, is in tests/spark/test_job_commands_spark.py; this one
     checks the mapping of Spark's error for both jobs without a JVM."""
     events = events_dir(tmp_path)
 
