@@ -77,6 +77,10 @@ class StreamingJob:
         """
         parser = self.parser()
         namespace = parser.parse_args(argv)
+        if namespace.events is None:  # no input: the input's exit code, as a missing directory
+            parser.exit(int(ExitCode.INPUT), f"{self.prog}: error: --events DIR is required: "
+                                             f"the directory of the input files (see "
+                                             f"{self.prog} --help)\n")
         try:
             return settings_from(self.settings_class, namespace)
         except ValueError as err:

@@ -72,9 +72,9 @@ class JobSettings:
     DEFAULTS: ClassVar[dict] = {"output": "out/output", "checkpoint": "out/checkpoints/job"}
 
     # -- input -----------------------------------------------------------------------------
-    events: Optional[str] = option(None, "directory of spec events (JSON lines, Parquet or "
-                                   "Avro), read as a file stream", INPUT, metavar="DIR",
-                                   required=True)
+    events: Optional[str] = option(None, "required: the directory of the input events (JSON "
+                                   "lines, Parquet or Avro), read as a file stream; without "
+                                   "it, exit code 3 (no input)", INPUT, metavar="DIR")
     format: str = option("json", "input file format: JSON lines, Parquet or Avro (the "
                          "generator's formats; default: %(default)s)", INPUT, choices=FORMATS)
     max_files_per_trigger: Optional[int] = option(

@@ -48,13 +48,13 @@ def test_a_bad_option_is_one_line_naming_it_with_exit_code_2(job, capsys):
                               "'many'" in lines[0], lines
 
 
-def test_without_events_one_line_says_it_is_required(job, capsys):
+def test_without_events_one_line_says_it_is_required_with_the_input_exit_code(job, capsys):
     with pytest.raises(SystemExit) as exit_:
         job.main([])
-    assert exit_.value.code == ExitCode.USAGE
+    assert exit_.value.code == ExitCode.INPUT
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines  # no usage block
-    assert "error: the following arguments are required: --events" in lines[0]
+    assert "error: --events DIR is required" in lines[0]
 
 
 def test_a_missing_events_directory_is_one_line_with_exit_code_3(job, tmp_path, capsys):
