@@ -35,7 +35,7 @@ _UTC_MS = pd.DatetimeTZDtype("ms", "UTC")
 # bucket function needs before deciding whether to parse that JSON at all: ``ts_ms``, the
 # event's time, and ``goal_ms``, the same for a goal (a visit with is_goal), else null.
 # The JSON uses one-letter keys: it is also what a user's not-yet-attributed events are stored
-# as (see ``group_state``), so its size is state size.
+# as (see ``apply_in_pandas.encode_bucket``), so its size is state size.
 PACKED_COLUMN = "event"
 PACKED_KEYS = {"event_id": "i", "event_type": "t", "ts_ms": "s", "url": "u", "referer": "r",
                "is_goal": "g", "impression_id": "m", "source_url": "a", "target_url": "b",
