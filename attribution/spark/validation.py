@@ -91,16 +91,6 @@ def read_raw_stream(spark, events_dir: str, fmt: str,
     return file_source(fmt, events_dir, max_files_per_trigger).read_stream(spark)
 
 
-def read_raw_files(spark, files: list, fmt: str) -> DataFrame:
-    """Raw records of the given ``fmt`` files (``EventSource.read_committed``).
-
-    :param spark: the session.
-    :param files: local paths or URIs of input files.
-    :param fmt: a key of ``formats.EVENT_FORMATS``.
-    """
-    return file_source(fmt).read_committed(spark, list(files))
-
-
 def read_raw_batch(spark, events_dir: str, fmt: str) -> DataFrame:
     """``fmt`` files of ``events_dir`` read once as raw records (``EventSource.read_batch``).
 
