@@ -385,12 +385,13 @@ def check_input(events: str, fmt: str, waits: bool = False) -> Optional[str]:
     :returns: for an empty directory a run waits on, the line that says so; else ``None``.
     :raises Failure: ``ExitCode.INPUT``.
     """
-    from attribution.spark.formats import event_format, format_mismatch
+    from attribution.spark.formats import event_format
+    from attribution.spark.sources import file_source
 
     check_readable_dir(events, "--events", ExitCode.INPUT)
-    mismatch = format_mismatch(events, fmt)
-    if mismatch is not None:
-        raise Failure(ExitCode.INPUT, mismatch)
+    problem = file_source(fmt, events).check()  # the source's own check: another format's files
+    if problem is not None:
+        raise Failure(ExitCode.INPUT, problem)
     extensions = event_format(fmt).extensions
     if is_remote(events) or _holds_a_file(events, extensions):
         return None
