@@ -36,6 +36,7 @@ NODE_ID = 1
 START_TIMEOUT = 60.0  # seconds for the JVM to start and answer; it usually takes 5-15
 STOP_TIMEOUT = 60.0   # seconds for a controlled shutdown before the process is killed
 HEAP = "-Xmx512m"     # a test broker holds little; Kafka's scripts default to 1 GB
+TOOL_HEAP = "-Xmx256m"  # the storage formatter, a short-lived JVM beside a busy test session
 
 
 class BrokerDir:
@@ -65,8 +66,7 @@ class BrokerDir:
         """The cluster id of this directory, made once (Kafka's form: 16 random bytes in
         URL-safe base64, as ``kafka-storage random-uuid`` prints)."""
         if not self.cluster_id_file.is_file():
-            new = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-            self.cluster_id_file.write_text(new + "\n")
+            self.cluster_id_file.write_text(new_cluster_id() + "\n")
         return self.cluster_id_file.read_text().strip()
 
     def previous_ports(self) -> Optional[tuple]:
@@ -81,6 +81,15 @@ class BrokerDir:
                     int(listeners["CONTROLLER"].rsplit(":", 1)[1]))
         except (KeyError, ValueError):
             return None
+
+
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's form (16 bytes, URL-safe base64, unpadded) that does not
+    start with ``-``: the storage tool would read such an id as an option."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not made.startswith("-"):
+            return made
 
 
 def _is_broker(pid: int) -> bool:
@@ -183,15 +192,7 @@ def start(directory: str, timeout: float = START_TIMEOUT) -> str:
         ports = tuple(_free_ports(2))
     broker.config.write_text(server_properties(broker, *ports))
     if not (broker.data / "meta.properties").is_file():
-        done = subprocess.run(
-            [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", broker.cluster_id(), "-c", str(broker.config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-        with open(broker.log, "a") as log:
-            log.write(done.stdout)
-        if done.returncode != 0:
-            raise Failure(ExitCode.FAILED, f"formatting the broker's storage under {broker.data} "
-                                           f"failed; see {broker.log}")
+        _format_storage(java, classpath, broker)
     with open(broker.log, "ab") as log:
         process = subprocess.Popen(
             [java, HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
@@ -207,6 +208,25 @@ def start(directory: str, timeout: float = START_TIMEOUT) -> str:
         stop(directory)
         raise
     return bootstrap
+
+
+def _format_storage(java: str, classpath: str, broker: BrokerDir) -> None:
+    """Format the broker's storage with the directory's cluster id (Kafka's ``kafka-storage
+    format``), its output appended to the broker's log; a failure names the tool's own last
+    words, which say why (a full disk, an unwritable directory)."""
+    done = subprocess.run(
+        [java, TOOL_HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format",
+         "-t", broker.cluster_id(), "-c", str(broker.config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    with open(broker.log, "a") as log:
+        log.write(done.stdout)
+    if done.returncode != 0:
+        # The tool prints its whole configuration (tab-indented) before any error.
+        said = [line.strip() for line in done.stdout.splitlines()
+                if line.strip() and not line.startswith("\t")]
+        why = said[-1] if said else f"exit code {done.returncode}"
+        raise Failure(ExitCode.FAILED, f"formatting the broker's storage under {broker.data} "
+                                       f"failed: {why} (the whole output: {broker.log})")
 
 
 def _wait_until_ready(process: subprocess.Popen, bootstrap: str, broker: BrokerDir,
