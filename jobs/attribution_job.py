@@ -69,7 +69,6 @@ from attribution.spark.validation import (
     VALIDATION_METRICS,
     classify,
     dead_letters,
-    read_raw_batch,
     start_dead_letter_stream,
     valid_events,
 )
@@ -286,7 +285,8 @@ def pin_checkpoint(settings: AttributionSettings,
         return settings
     state_buckets, bucket_keys = pin_state_layout(
         settings.checkpoint, settings.backend, settings.state_buckets_asked, settings.tws_state,
-        settings.config, events=settings.events, input_format=settings.format,
+        settings.config, events=settings.events, kafka_topics=settings.kafka_topics,
+        input_format=settings.format,
         shuffle_partitions=shuffle_partitions)
     return settings.replace(state_buckets=state_buckets, bucket_keys=bucket_keys)
 
@@ -401,7 +401,7 @@ def run_stream(spark, settings: AttributionSettings,
             print(f"warning: {warning}", file=sys.stderr, flush=True)
     layout = (settings.backend, settings.state_buckets, settings.tws_state)
     users_at_start = state_users_at_start(spark, settings.checkpoint, *layout)
-    events = valid_events(classified_stream(spark, settings, settings.max_files_per_trigger))
+    events = valid_events(classified_stream(spark, settings))
     rows = attribution_stream(events, watermark_delay_ms=settings.watermark_delay_ms,
                               config=settings.config, backend=settings.backend,
                               tws_state=settings.tws_state, state_buckets=settings.state_buckets,
@@ -410,7 +410,7 @@ def run_stream(spark, settings: AttributionSettings,
     rows, partition_columns = by_date(rows, GOAL_DATE, partitioned=settings.output not in flat)
     query = start_file_sink(rows, settings, "attribution", partition_columns)
     dead_letter_query = start_dead_letter_stream(
-        classified_stream(spark, settings, None), settings.dead_letter,
+        classified_stream(spark, settings, limited=False), settings.dead_letter,
         settings.dead_letter_checkpoint, settings.trigger,
         by_detected_date=settings.dead_letter not in flat)
     progress = AttributionProgress(OUTPUT_METRICS, settings.config.models, quiet=settings.quiet,
@@ -456,7 +456,7 @@ class LateRecords:
         if "://" in settings.checkpoint:
             return
         written, accepted = audit_late_records(
-            self.spark, settings.checkpoint, settings.late_records, settings.format,
+            self.spark, settings.checkpoint, settings.late_records, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew,
             settings.config.allowed_lateness_ms, dropped_by_batch(progress))
         self.written += written
@@ -478,7 +478,7 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
     """
     started = time.monotonic()
     window, models = settings.window, settings.config.models
-    classified = classify(read_raw_batch(spark, settings.events, settings.format), settings.format,
+    classified = classify(settings.source.read_batch(spark), settings.source,
                           settings.max_future_skew_ms, settings.max_future_skew)
     read, emitted = Observation("input"), Observation("output")
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows"),

@@ -6,9 +6,9 @@ its ``--help`` text and its own option groups, and writes ``run`` (start its que
 them) and ``report`` (the final report). ``main`` does the rest, the same way for every job:
 
 1. the command line becomes the job's frozen settings (a bad option: one line, exit 2);
-2. the checks that need no Spark (``preflight``): the input (exit 3; an empty directory too,
-   unless the run waits for files), the output, dead-letter and checkpoint directories, the
-   progress file (exit 4 or 5), then the job's own (``checks``);
+2. the checks that need no Spark (``preflight``): the input (exit 3; an empty directory or a
+   missing topic too, unless the run waits for input), the output, dead-letter and checkpoint
+   directories, the progress file (exit 4 or 5), then the job's own (``checks``);
 3. Spark starts (``runtime.start_spark``): its log away from the terminal, the JVM's stop
    signals handed to the command, the Spark UI's address when asked for;
 4. ``run``; SIGINT/SIGTERM stop it after the current micro-batch (``commandline.signals``);
@@ -38,7 +38,16 @@ from jobs.runtime import (
     start_spark,
     unexpected_failure,
 )
-from jobs.settings import DEAD_LETTER, INPUT, OUTPUT, SHARED_GROUPS, STREAM, JobSettings
+from jobs.settings import (
+    DEAD_LETTER,
+    INPUT,
+    INPUTS,
+    NO_INPUT,
+    OUTPUT,
+    SHARED_GROUPS,
+    STREAM,
+    JobSettings,
+)
 
 STOPPING = "stopping after the current micro-batch"
 
@@ -77,9 +86,9 @@ class StreamingJob:
         """
         parser = self.parser()
         namespace = parser.parse_args(argv)
-        if namespace.events is None:  # no input: the input's exit code, as a missing directory
-            parser.exit(int(ExitCode.INPUT), f"{self.prog}: error: --events DIR is required: "
-                                             f"the directory of the input files (see "
+        if not any(getattr(namespace, name) for name, _ in INPUTS.values()):
+            # no input: the input's exit code, as for a missing directory
+            parser.exit(int(ExitCode.INPUT), f"{self.prog}: error: {NO_INPUT} (see "
                                              f"{self.prog} --help)\n")
         try:
             return settings_from(self.settings_class, namespace)
@@ -88,7 +97,8 @@ class StreamingJob:
 
     # -- before Spark starts -------------------------------------------------------------------
     def waits_for_input(self, settings: JobSettings) -> bool:
-        """True when the run keeps polling for files, so an empty input directory is fine.
+        """True when the run keeps polling for input, so an empty input directory (or a topic
+        not created yet) is fine.
 
         :param settings: the run's settings.
         """
@@ -100,7 +110,7 @@ class StreamingJob:
         :param settings: the settings parsed from the command line.
         :raises Failure: with the exit code of the kind of problem.
         """
-        waiting = check_input(settings.events, settings.format, self.waits_for_input(settings))
+        waiting = check_input(settings, self.waits_for_input(settings))
         if waiting and not settings.quiet:
             print(waiting, file=sys.stderr, flush=True)
         if settings.progress_json:

@@ -311,7 +311,7 @@ def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> C
     """
     # Both sides' plans hold this one observation, each branch over every record, and Spark
     # reports it once per batch: a count of the records read, each once.
-    classified = classified_stream(spark, settings, settings.max_files_per_trigger).observe(
+    classified = classified_stream(spark, settings).observe(
         click_join.INPUT_METRICS, F.count(F.lit(1)).alias("records"))
     result = click_join.build_click_join(
         valid_events(classified), strategy=settings.strategy, how=settings.how,
@@ -322,7 +322,7 @@ def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> C
     output = result.df.observe(click_join.OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
     query = start_file_sink(output, settings, "click_join")
     dead_letter_query = start_dead_letter_stream(
-        classified_stream(spark, settings, None), settings.dead_letter,
+        classified_stream(spark, settings, limited=False), settings.dead_letter,
         settings.dead_letter_checkpoint, settings.trigger, query_name="click_join_dead_letter")
     follow = ClickJoinRun(query, result.expected, quiet=settings.quiet,
                           json_lines=settings.progress_json)

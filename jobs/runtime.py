@@ -373,26 +373,32 @@ def unexpected_failure(error: BaseException, log_file: Optional[str]) -> Failure
     return Failure(ExitCode.FAILED, f"the job failed: {first}; {where}")
 
 
-def check_input(events: str, fmt: str, waits: bool = False) -> Optional[str]:
-    """Refuse ``--events`` unless it is a readable directory whose files are not all of another
-    format than ``--format`` (which would make a run that silently reads nothing), and that
-    holds a file to read, unless the run ``waits`` for files.
+def check_input(settings, waits: bool = False) -> Optional[str]:
+    """Refuse the run's input when it cannot give events (``INPUT_CHECKS``, by the kind of
+    input, each asking its source's ``check`` too): a problem is one line with the input's
+    exit code.
 
-    :param events: the input directory (a remote one is left to Spark).
-    :param fmt: the input format, a key of ``formats.EVENT_FORMATS``.
-    :param waits: the run keeps polling for new files (a processing-time trigger), so an
-        empty directory is one that will receive them.
-    :returns: for an empty directory a run waits on, the line that says so; else ``None``.
+    :param settings: the job's ``JobSettings`` (its ``source`` and the options that made it).
+    :param waits: the run keeps polling for new input (a processing-time trigger), so an empty
+        directory or a topic not created yet is one that will receive events.
+    :returns: for input a run waits on, the line that says so; else ``None``.
     :raises Failure: ``ExitCode.INPUT``.
     """
-    from attribution.spark.formats import event_format
-    from attribution.spark.sources import file_source
+    return INPUT_CHECKS[settings.input_kind](settings, waits)
 
+
+def _check_files(settings, waits: bool) -> Optional[str]:
+    """``--events`` is a readable directory whose files are not all of another format than
+    ``--format`` (the source's check: such a run would silently read nothing), and that holds
+    a file to read, unless the run waits for files (a remote directory is left to Spark)."""
+    from attribution.spark.formats import event_format
+
+    events = settings.events
     check_readable_dir(events, "--events", ExitCode.INPUT)
-    problem = file_source(fmt, events).check()  # the source's own check: another format's files
+    problem = settings.source.check()
     if problem is not None:
         raise Failure(ExitCode.INPUT, problem)
-    extensions = event_format(fmt).extensions
+    extensions = event_format(settings.format).extensions
     if is_remote(events) or _holds_a_file(events, extensions):
         return None
     names = "/".join(extensions)
@@ -402,6 +408,33 @@ def check_input(events: str, fmt: str, waits: bool = False) -> Optional[str]:
     raise Failure(ExitCode.INPUT, f"--events {events} holds no {names} file to read; give the "
                                   "directory of the input files, or a processing-time --trigger "
                                   "(e.g. '10 seconds') to wait for files to arrive")
+
+
+def _check_kafka(settings, waits: bool) -> Optional[str]:
+    """A broker of ``--kafka-bootstrap-servers`` answers, and the topics exist, unless the run
+    waits for them (a topic created later is read from its start)."""
+    servers = settings.kafka_bootstrap_servers
+    problem = settings.source.check()
+    if problem is not None:
+        raise Failure(ExitCode.INPUT, problem)
+    try:
+        absent = settings.source.absent_topics(KAFKA_CHECK_SECONDS)
+    except ConnectionError as err:
+        raise Failure(ExitCode.INPUT, f"{err}; check --kafka-bootstrap-servers (and the "
+                                      "security settings of --kafka-option)") from None
+    if not absent:
+        return None
+    names = ", ".join(absent)
+    if waits:
+        return f"Kafka topic(s) {names} do not exist yet at {servers}: the job waits for them"
+    raise Failure(ExitCode.INPUT, f"Kafka topic(s) {names} do not exist at {servers}; create "
+                                  "them, fix --kafka-topics, or give a processing-time "
+                                  "--trigger (e.g. '10 seconds') to wait for them")
+
+
+KAFKA_CHECK_SECONDS = 10.0  # how long the check before Spark waits for the cluster to answer
+# The kind of input (``jobs.settings.INPUTS``) -> its checks before Spark starts.
+INPUT_CHECKS = {"files": _check_files, "kafka": _check_kafka}
 
 
 def _holds_a_file(directory: str, extensions: tuple) -> bool:
@@ -451,21 +484,22 @@ def checkpoint_started(checkpoint: str) -> bool:
     return offsets.is_dir() and any(not p.name.startswith(".") for p in offsets.iterdir())
 
 
-def classified_stream(spark, settings, max_files_per_trigger: Optional[int]):
+def classified_stream(spark, settings, limited: bool = True):
     """The input as a stream of records classified valid or invalid (``validation.classify``).
 
     Validation splits the input before any ``withWatermark``: invalid rows never move event
-    time. A job reads it twice: its query with ``--max-files-per-trigger``, the dead-letter
-    query without (it has no watermark to step, so it takes every new file in one micro-batch).
+    time. A job reads it twice: its query with the per-trigger limit
+    (``--max-files-per-trigger``, ``--max-offsets-per-trigger``), the dead-letter query without
+    (it has no watermark to step, so it takes everything new in one micro-batch).
 
     :param spark: the session.
-    :param settings: the job's ``JobSettings`` (input and ``--max-future-skew``).
-    :param max_files_per_trigger: at most this many new files per micro-batch (``None``: all).
+    :param settings: the job's ``JobSettings`` (its ``source`` and ``--max-future-skew``).
+    :param limited: apply the per-trigger limit.
     """
-    from attribution.spark.validation import classify, read_raw_stream
+    from attribution.spark.validation import classify
 
-    raw = read_raw_stream(spark, settings.events, settings.format, max_files_per_trigger)
-    return classify(raw, settings.format, settings.max_future_skew_ms, settings.max_future_skew)
+    raw = settings.source.read_stream(spark, limited)
+    return classify(raw, settings.source, settings.max_future_skew_ms, settings.max_future_skew)
 
 
 def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):

@@ -1,14 +1,15 @@
 """The options every streaming job shares, declared once per group, and the settings they make.
 
 ``JobSettings`` is a frozen dataclass whose fields are the command-line options of the groups
-every job has: the input (``--events``, ``--format``, ``--max-files-per-trigger``,
-``--max-future-skew``), the output (``--output``), the dead letter (``--dead-letter``) and the
-stream (``--checkpoint``, ``--trigger``, Spark's settings, the log, the progress). A job's own
-settings subclass it with the fields of its own groups, and its ``DEFAULTS`` give the outputs
-their per-job default paths. The fields are declared with ``commandline.options.option``, so
-one declaration gives the flag, its ``--help`` and its default; ``__post_init__`` checks the
-values and derives the ones a run needs (milliseconds, default paths), so a settings object is
-valid however it was made, from a command line or in code.
+every job has: the input (``--events``, or ``--kafka-topics`` with the Kafka options;
+``--format``, the per-trigger limits, ``--max-future-skew``), the output (``--output``), the
+dead letter (``--dead-letter``) and the stream (``--checkpoint``, ``--trigger``, Spark's
+settings, the log, the progress). A job's own settings subclass it with the fields of its own
+groups, and its ``DEFAULTS`` give the outputs their per-job default paths. The fields are
+declared with ``commandline.options.option``, so one declaration gives the flag, its ``--help``
+and its default; ``__post_init__`` checks the values and derives the ones a run needs
+(milliseconds, default paths, the input's ``EventSource``), so a settings object is valid
+however it was made, from a command line or in code.
 """
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ from typing import Any, ClassVar, Optional
 
 from attribution.config import parse_duration_ms
 from attribution.spark.formats import FORMATS
+from attribution.spark.sources import SOURCES, EventSource
+from attribution.spark.sources.kafka import STARTING_OFFSETS
 from attribution.spark.validation import DEFAULT_MAX_FUTURE_SKEW
 from commandline.options import option
 
 INPUT, OUTPUT, DEAD_LETTER, STREAM = "input", "output", "dead letter", "stream"
+NO_INPUT = ("--events DIR or --kafka-topics T1[,T2,...] is required: the input events (a "
+            "directory of files, or Kafka topics)")
 # The --help sections of the shared groups, in the order they are listed after a job's own.
 SHARED_GROUPS = {INPUT: "input", OUTPUT: "output", DEAD_LETTER: "dead letter (invalid records)",
                  STREAM: "stream, Spark and progress"}
@@ -46,10 +51,39 @@ def spark_setting(text: str) -> str:
 
     :param text: the option's value.
     """
+    return _key_value(text, "spark.ui.enabled=true")
+
+
+def kafka_setting(text: str) -> str:
+    """argparse type of ``--kafka-option``: ``KEY=VALUE`` with a non-empty key.
+
+    :param text: the option's value.
+    """
+    return _key_value(text, "kafka.security.protocol=SASL_SSL")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _key_value(text: str, example: str) -> str:
     key, equals, _ = text.partition("=")
     if not equals or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. spark.ui.enabled=true)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. {example})")
     return text
+
+
+# Where the events come from -> the option that selects it and how the settings build its
+# source (``attribution.spark.sources``). A run names exactly one of these options.
+INPUTS = {
+    "files": ("events", lambda s: SOURCES["files"](s.format, s.events, s.max_files_per_trigger)),
+    "kafka": ("kafka_topics", lambda s: SOURCES["kafka"](
+        s.kafka_bootstrap_servers or "", s.kafka_topics, s.format, s.kafka_starting_offsets,
+        s.max_offsets_per_trigger, s.kafka_options)),
+}
+# An option that applies to one input only -> that input.
+_INPUT_ONLY = {"max_files_per_trigger": "files", "max_offsets_per_trigger": "kafka",
+               "kafka_option": "kafka"}
 
 
 def default_log_file(app_name: str) -> str:
@@ -72,17 +106,38 @@ class JobSettings:
     DEFAULTS: ClassVar[dict] = {"output": "out/output", "checkpoint": "out/checkpoints/job"}
 
     # -- input -----------------------------------------------------------------------------
-    events: Optional[str] = option(None, "required: the directory of the input events (JSON "
-                                   "lines, Parquet or Avro), read as a file stream; without "
-                                   "it, exit code 3 (no input)", INPUT, metavar="DIR")
-    format: str = option("json", "input file format: JSON lines, Parquet or Avro (the "
-                         "generator's formats; default: %(default)s)", INPUT, choices=FORMATS)
+    events: Optional[str] = option(None, "the directory of the input events (JSON lines, "
+                                   "Parquet or Avro), read as a file stream; this or "
+                                   "--kafka-topics is required (without either: exit code 3, "
+                                   "no input)", INPUT, metavar="DIR")
+    kafka_topics: Optional[str] = option(
+        None, "read the events from these Kafka topics instead of --events, each record's value "
+        "one event in --format json or avro; needs --kafka-bootstrap-servers", INPUT,
+        metavar="T1[,T2,...]")
+    kafka_bootstrap_servers: Optional[str] = option(
+        None, "the Kafka cluster of --kafka-topics (and of --output-topic)", INPUT,
+        metavar="HOST:PORT[,...]")
+    format: str = option("json", "the events' format: of the input files (JSON lines, Parquet "
+                         "or Avro, the generator's formats), or of each Kafka record's value "
+                         "(json, or avro: Avro binary in the event schema) (default: "
+                         "%(default)s)", INPUT, choices=FORMATS)
     max_files_per_trigger: Optional[int] = option(
         None, "read at most N new files per micro-batch; with N=1 every file is one watermark "
         "step (default: no limit)", INPUT, type=int, metavar="N")
+    max_offsets_per_trigger: Optional[int] = option(
+        None, "Kafka input: read at most N records per micro-batch over all partitions "
+        "(default: no limit)", INPUT, type=int, metavar="N")
+    kafka_starting_offsets: str = option(
+        "earliest", "where a new checkpoint starts reading the topics; a checkpoint that has "
+        "run resumes at its own offsets (default: %(default)s)", INPUT, choices=STARTING_OFFSETS)
+    kafka_option: tuple = option(
+        None, "an option of Spark's Kafka source, passed as given (repeatable; consumer "
+        "settings are prefixed with 'kafka.', e.g. kafka.security.protocol=SASL_SSL)", INPUT,
+        type=kafka_setting, action="append", metavar="KEY=VALUE")
     max_future_skew: str = option(
         DEFAULT_MAX_FUTURE_SKEW, "reject events whose ts is more than this ahead of their "
-        "file's modification time, so that one bad clock cannot drag the watermark forward and "
+        "arrival (their file's modification time, their Kafka record's timestamp), so that "
+        "one bad clock cannot drag the watermark forward and "
         "make every later event late; every run and both outputs judge a record alike "
         "(default: %(default)s)", INPUT, kind="duration", type=duration)
 
@@ -93,8 +148,9 @@ class JobSettings:
 
     # -- dead letter -----------------------------------------------------------------------
     dead_letter: Optional[str] = option(
-        None, "Parquet directory for invalid records (raw record, reason, source file, "
-        "detection time), written by a second exactly-once streaming query (default: "
+        None, "Parquet directory for invalid records (raw record, reason, origin: source "
+        "file, or topic, partition and offset; detection time), written by a second "
+        "exactly-once streaming query (default: "
         "<output>-dead-letter)", DEAD_LETTER, metavar="DIR")
 
     # -- the stream, Spark and progress ----------------------------------------------------
@@ -103,7 +159,7 @@ class JobSettings:
                                        metavar="DIR")
     trigger: str = option("available-now", "'available-now' processes everything present and "
                           "stops; an interval such as '10 seconds' runs continuously and waits "
-                          "for new files (default: %(default)s)", STREAM)
+                          "for new files or records (default: %(default)s)", STREAM)
     master: Optional[str] = option(None, "Spark master when run with plain python (default: "
                                    "local[*]; spark-submit's --master wins)", STREAM)
     shuffle_partitions: Optional[int] = option(
@@ -126,10 +182,22 @@ class JobSettings:
 
     # Derived in __post_init__.
     max_future_skew_ms: int = field(init=False, repr=False, compare=False)
+    source: EventSource = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.events:
-            raise ValueError("--events is required: the directory of input files")
+        given = [kind for kind, (name, _) in INPUTS.items() if getattr(self, name)]
+        if len(given) != 1:
+            both = " and ".join(_flag(INPUTS[k][0]) for k in given)
+            raise ValueError(f"give one input, not {both}" if given else NO_INPUT)
+        kind = given[0]
+        for name, only in _INPUT_ONLY.items():
+            if getattr(self, name) and only != kind:
+                raise ValueError(f"{_flag(name)} applies to {_flag(INPUTS[only][0])} input "
+                                 "only")
+        if kind == "kafka" and not self.kafka_bootstrap_servers:
+            raise ValueError("--kafka-topics needs --kafka-bootstrap-servers HOST:PORT[,...]")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise ValueError("--max-offsets-per-trigger must be >= 1")
         if self.max_files_per_trigger is not None and self.max_files_per_trigger < 1:
             raise ValueError("--max-files-per-trigger must be >= 1")
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
@@ -139,14 +207,25 @@ class JobSettings:
                   checkpoint=self.checkpoint or self.DEFAULTS["checkpoint"],
                   dead_letter=self.dead_letter or output.rstrip("/") + "-dead-letter",
                   log_file=self.log_file or default_log_file(self.APP),
-                  conf=tuple(self.conf or ()),
+                  conf=tuple(self.conf or ()), kafka_option=tuple(self.kafka_option or ()),
                   max_future_skew_ms=parse_duration_ms(self.max_future_skew,
                                                        "--max-future-skew"))
+        self._set(source=INPUTS[kind][1](self))
 
     def _set(self, **values: Any) -> None:
         """Set fields of this frozen object while ``__post_init__`` completes it."""
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def input_kind(self) -> str:
+        """The key of ``INPUTS`` this run reads: ``files`` or ``kafka``."""
+        return next(kind for kind, (name, _) in INPUTS.items() if getattr(self, name))
+
+    @property
+    def kafka_options(self) -> dict:
+        """``--kafka-option`` as a dict, the last of a repeated key winning."""
+        return dict(setting.split("=", 1) for setting in self.kafka_option)
 
     @property
     def spark_conf(self) -> dict:

@@ -35,7 +35,10 @@ class CheckpointMismatch(ValueError):
 
 
 LAYOUT_FILE = "attribution-state-layout.json"
-INPUT_KEYS = ("events", "format")  # the input's entries in LAYOUT_FILE
+# The input's entries in LAYOUT_FILE -> the option that sets each: where the events come from
+# (a directory, or Kafka topics; one of the two) and their format.
+INPUT_KEYS = {"events": "--events", "kafka_topics": "--kafka-topics", "format": "--format"}
+_WHERE = ("events", "kafka_topics")
 
 
 class PinnedState(NamedTuple):
@@ -102,6 +105,7 @@ def _chosen_buckets(checkpoint: str, shuffle_partitions: Optional[int]) -> int:
 def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int],
                      tws_state: str, config: AttributionConfig = AttributionConfig(), *,
                      events: Optional[str] = None, input_format: Optional[str] = None,
+                     kafka_topics: Optional[str] = None,
                      shuffle_partitions: Optional[int] = None) -> PinnedState:
     """Record the state layout (and the input) in the checkpoint on its first run; refuse a
     different one later.
@@ -117,6 +121,8 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
         ``last_touch`` alone).
     :param events: the input directory (recorded as an absolute path; ``None``: not checked).
     :param input_format: the input format (``None``: not checked).
+    :param kafka_topics: the Kafka topics read instead of ``events``, comma-separated (recorded
+        sorted; ``None``: not checked). The brokers' address is not recorded: a cluster may move.
     :param shuffle_partitions: the query's shuffle partitions; needed only for ``state_buckets``
         ``None`` with a new local checkpoint.
     :returns: the bucket count, and how bucket numbers become keys for this checkpoint
@@ -141,6 +147,9 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     source = {}
     if events is not None:
         source["events"] = events if "://" in events else str(Path(events).resolve())
+    if kafka_topics is not None:
+        source["kafka_topics"] = ",".join(sorted(t.strip() for t in kafka_topics.split(",")
+                                                 if t.strip()))
     if input_format is not None:
         source["format"] = input_format
     layout = {"backend": backend}
@@ -224,16 +233,21 @@ def _as_options(layout: dict, keys: list) -> str:
 
 
 def _check_input(checkpoint: str, recorded: dict, source: dict) -> None:
-    if "events" in recorded and "events" in source and recorded["events"] != source["events"]:
+    """Refuse a run whose input (directory or topics, format) is not the one the checkpoint
+    was started on; a record or a run that names none is not checked."""
+    def given(entries: dict, keys: tuple) -> str:
+        return " and ".join(f"{INPUT_KEYS[k]} {entries[k]}" for k in keys if k in entries)
+
+    was, now = given(recorded, _WHERE), given(source, _WHERE)
+    if was and now and was != now:
         raise CheckpointMismatch(
-            f"checkpoint {checkpoint} was started on --events {recorded['events']}; this run "
-            f"reads {source['events']}. A checkpoint follows one input directory: rerun with "
-            f"--events {recorded['events']}, or give a new --checkpoint (and --output).")
-    if "format" in recorded and "format" in source and recorded["format"] != source["format"]:
+            f"checkpoint {checkpoint} was started on {was}; this run reads {now}. A checkpoint "
+            f"follows one input: rerun with {was}, or give a new --checkpoint (and --output).")
+    was, now = given(recorded, ("format",)), given(source, ("format",))
+    if was and now and was != now:
         raise CheckpointMismatch(
-            f"checkpoint {checkpoint} was started with --format {recorded['format']}; this run "
-            f"asks for --format {source['format']}. Rerun with --format {recorded['format']}, "
-            "or give a new --checkpoint (and --output).")
+            f"checkpoint {checkpoint} was started with {was}; this run asks for {now}. Rerun "
+            f"with {was}, or give a new --checkpoint (and --output).")
 
 
 def committed(checkpoint: str) -> bool:

@@ -134,7 +134,7 @@ def test_a_bad_allowed_lateness_or_half_life_is_refused_before_spark(tmp_path, e
 # The format a first run pinned, this run's options, and words of the error line.
 STARTED_WITH_OTHER = {
     "input path": ("json", lambda events, other: ["--events", other],
-                   ["was started on --events {events}", "this run reads {other}",
+                   ["was started on --events {events}", "this run reads --events {other}",
                     "rerun with --events {events}"]),
     "input format": ("parquet", lambda events, other: ["--events", events],
                      ["was started with --format parquet", "asks for --format json"]),

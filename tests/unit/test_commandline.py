@@ -147,11 +147,25 @@ def test_the_checkpoint_records_its_input_and_refuses_another(tmp_path):
     # The same directory named another way is the same input.
     pin_state_layout(str(checkpoint), **pin, events=f"{events}/../events", input_format="json")
     with pytest.raises(CheckpointMismatch, match=f"was started on --events {events}; this run "
-                                                 f"reads {tmp_path}"):
+                                                 f"reads --events {tmp_path}"):
         pin_state_layout(str(checkpoint), **pin, events=str(tmp_path), input_format="json")
     with pytest.raises(CheckpointMismatch, match="started with --format json; this run asks for "
                                                  "--format parquet"):
         pin_state_layout(str(checkpoint), **pin, events=str(events), input_format="parquet")
+    with pytest.raises(CheckpointMismatch, match=f"started on --events {events}; this run reads "
+                                                 "--kafka-topics clicks"):
+        pin_state_layout(str(checkpoint), **pin, kafka_topics="clicks", input_format="json")
+
+
+def test_a_kafka_checkpoint_records_its_topics_in_any_order_and_refuses_others(tmp_path):
+    checkpoint = str(tmp_path / "cp")
+    pin = dict(backend="transformWithState", state_buckets=64, tws_state="compact")
+    pin_state_layout(checkpoint, **pin, kafka_topics="site, ads", input_format="avro")
+    assert json.loads((tmp_path / "cp" / LAYOUT_FILE).read_text())["kafka_topics"] == "ads,site"
+    pin_state_layout(checkpoint, **pin, kafka_topics="ads,site", input_format="avro")
+    with pytest.raises(CheckpointMismatch, match="started on --kafka-topics ads,site; this "
+                                                 "run reads --kafka-topics ads"):
+        pin_state_layout(checkpoint, **pin, kafka_topics="ads", input_format="avro")
 
 
 def _progress(batch_id, users_change, rows_total, watermark="1970-01-01T00:00:00.000Z"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 
 import pytest
 
@@ -54,7 +55,55 @@ def test_without_events_one_line_says_it_is_required_with_the_input_exit_code(jo
     assert exit_.value.code == ExitCode.INPUT
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines  # no usage block
-    assert "error: --events DIR is required" in lines[0]
+    assert "error: --events DIR or --kafka-topics T1[,T2,...] is required" in lines[0]
+
+
+KAFKA = ["--kafka-bootstrap-servers", "127.0.0.1:9", "--kafka-topics", "events"]
+# Input options that cannot go together -> words of the one error line (exit 2).
+BAD_INPUT_OPTIONS = {
+    "two inputs": (["--events", "."] + KAFKA, "give one input, not --events and --kafka-topics"),
+    "topics without servers": (["--kafka-topics", "events"],
+                               "--kafka-topics needs --kafka-bootstrap-servers"),
+    "a file limit on topics": (KAFKA + ["--max-files-per-trigger", "2"],
+                               "--max-files-per-trigger applies to --events input only"),
+    "an offset limit on files": (["--events", ".", "--max-offsets-per-trigger", "2"],
+                                 "--max-offsets-per-trigger applies to --kafka-topics input only"),
+    "a Kafka option on files": (["--events", ".", "--kafka-option", "kafka.x=y"],
+                                "--kafka-option applies to --kafka-topics input only"),
+    "Parquet values": (KAFKA + ["--format", "parquet"],
+                       "--format parquet is a file format; Kafka values are one of json, avro"),
+    "no offset limit": (KAFKA + ["--max-offsets-per-trigger", "0"],
+                        "--max-offsets-per-trigger must be >= 1"),
+    "not KEY=VALUE": (KAFKA + ["--kafka-option", "novalue"], "'novalue' is not KEY=VALUE"),
+    "unknown start": (KAFKA + ["--kafka-starting-offsets", "middle"],
+                      "invalid choice: 'middle' (choose from 'earliest', 'latest')"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT_OPTIONS))
+def test_input_options_that_do_not_go_together_are_one_line_with_exit_code_2(job, case, capsys):
+    argv, words = BAD_INPUT_OPTIONS[case]
+    with pytest.raises(SystemExit) as exit_:
+        job.main(argv)
+    assert exit_.value.code == ExitCode.USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+
+
+def test_a_kafka_cluster_that_does_not_answer_is_one_line_with_exit_code_3(job, tmp_path, capsys,
+                                                                           monkeypatch):
+    from jobs import runtime
+
+    monkeypatch.setattr(runtime, "KAFKA_CHECK_SECONDS", 1.0)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    argv = ["--kafka-bootstrap-servers", f"127.0.0.1:{port}", "--kafka-topics", "events"]
+    assert job.main([*argv, *outputs(tmp_path)]) == ExitCode.INPUT
+    line = error_line(capsys.readouterr().err)
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 1 s" in line
+    assert "check --kafka-bootstrap-servers" in line
+    assert not (tmp_path / "out").exists()  # refused before Spark
 
 
 def test_a_missing_events_directory_is_one_line_with_exit_code_3(job, tmp_path, capsys):

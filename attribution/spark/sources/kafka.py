@@ -184,6 +184,33 @@ class KafkaSource(EventSource):
                     f"{self.max_offsets_per_trigger}")
         return None
 
+    def absent_topics(self, timeout: float = 10.0) -> Optional[list[str]]:
+        """The topics of this source that the cluster does not have, asked with the Python
+        Kafka client before Spark starts (``kafka.``-prefixed options become its settings).
+
+        :param timeout: seconds to wait for the cluster's answer.
+        :returns: the absent topics (empty: all exist), or ``None`` when the Python client
+            cannot be set up as Spark's source is (an option only the Java client knows, such
+            as ``kafka.sasl.jaas.config``): Spark's source then finds out by itself.
+        :raises ConnectionError: no broker answered within ``timeout``.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        settings = {"bootstrap.servers": self.bootstrap_servers, "log_level": 0}
+        settings.update({k[len("kafka."):]: v for k, v in self.options.items()
+                         if k.startswith("kafka.")})
+        try:
+            admin = AdminClient(settings)
+        except (KafkaException, ValueError, TypeError):
+            return None
+        try:
+            known = admin.list_topics(timeout=timeout).topics
+        except KafkaException as err:
+            raise ConnectionError(f"no Kafka broker answered at {self.bootstrap_servers} "
+                                  f"within {timeout:g} s ({err.args[0].str()})") from None
+        return [topic for topic in self.topics if topic not in known]
+
     def _reader(self, reader):
         reader = reader.format("kafka").option("kafka.bootstrap.servers", self.bootstrap_servers)
         for key, value in self.options.items():
