@@ -65,6 +65,8 @@ from attribution.spark.pipeline import (
     state_buckets_for,
     users_counted_by_change,
 )
+from attribution.spark.sinks import SINKS, Sink
+from attribution.spark.sinks.kafka import TopicRefused
 from attribution.spark.validation import (
     VALIDATION_METRICS,
     classify,
@@ -78,7 +80,7 @@ from commandline.paths import check_writable_dir
 from commandline.signals import StopRequests
 from jobs.command import StreamingJob
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import classified_stream, follow_queries, start_file_sink
+from jobs.runtime import check_sink_directory, classified_stream, follow_queries
 from jobs.settings import OUTPUT, JobSettings
 
 DESCRIPTION = """\
@@ -222,6 +224,12 @@ class AttributionSettings(JobSettings):
         "without the impressions before that history, and may consume other impressions than "
         "in a full run; first_touch rows from the window on can then differ from a full run's "
         "(the other models' cannot). Default: all history, exact", BACKFILL, kind="duration")
+    output_topic: Optional[str] = option(
+        None, "write the attribution rows to this Kafka topic of --kafka-bootstrap-servers (it "
+        "must exist) instead of the --output directory: at least once, each record keyed by "
+        "the row it holds, so a consumer that drops repeated keys reads every row once "
+        "(docs/attribution-job.md). The dead letter and the late records still go to their "
+        "directories (by default beside --output)", OUTPUT, metavar="TOPIC")
     report_json: Optional[str] = option(None, "also write the final report as JSON to FILE",
                                         OUTPUT, metavar="FILE")
 
@@ -236,6 +244,8 @@ class AttributionSettings(JobSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.output_topic is not None and not self.kafka_bootstrap_servers:
+            raise ValueError("--output-topic needs --kafka-bootstrap-servers HOST:PORT[,...]")
         try:
             models = parse_models(self.models)
         except ValueError as err:
@@ -255,6 +265,12 @@ class AttributionSettings(JobSettings):
         if window is not None and self.mode != "batch":
             raise ValueError("--goals-from and --goals-to backfill a --mode batch output; add "
                              "--mode batch")
+        if self.mode == "batch" and self.output_topic is not None:
+            # A batch run counts its rows with observed metrics, which Spark's Kafka writer
+            # (a V1 data source command) does not report back.
+            raise ValueError("--output-topic takes a stream's changelog; --mode batch writes "
+                             "its rows to --output (a batch run's output, like a backfill's, "
+                             "replaces what is there, which a topic cannot)")
         if config.revising and self.backend == "transformWithState" \
                 and self.tws_state == "declared":
             raise ValueError("--allowed-lateness and --early-results need --tws-state compact: "
@@ -264,6 +280,32 @@ class AttributionSettings(JobSettings):
                   late_records=self.late_records or self.output.rstrip("/") + "-late",
                   state_buckets_asked=(self.state_buckets if self.state_buckets_asked == _UNSET
                                        else self.state_buckets_asked))
+
+
+    def output_sink(self, flat: bool = False) -> Sink:
+        """Where the attribution rows go: ``--output-topic``'s topic, else ``--output``'s
+        Parquet files laid out by goal date (``OUTPUTS``).
+
+        :param flat: the directory was written without date partitions by an earlier version
+            (``kept_flat``), and keeps that layout.
+        """
+        return OUTPUTS["kafka" if self.output_topic else "files"](self, flat)
+
+    @property
+    def output_name(self) -> str:
+        """The output as the report names it."""
+        if self.output_topic:
+            return f"Kafka topic {self.output_topic} at {self.kafka_bootstrap_servers}"
+        return self.output
+
+
+# Where the attribution rows go -> how the settings build the sink (``sinks.SINKS``).
+OUTPUTS = {
+    "files": lambda s, flat: SINKS["parquet"](s.output, None if flat else GOAL_DATE,
+                                              one_file_per_date=True),
+    "kafka": lambda s, flat: SINKS["kafka"](s.kafka_bootstrap_servers, s.output_topic,
+                                            s.kafka_options),
+}
 
 
 def pin_checkpoint(settings: AttributionSettings,
@@ -407,8 +449,8 @@ def run_stream(spark, settings: AttributionSettings,
                               tws_state=settings.tws_state, state_buckets=settings.state_buckets,
                               bucket_keys=settings.bucket_keys)
     flat = kept_flat(settings)
-    rows, partition_columns = by_date(rows, GOAL_DATE, partitioned=settings.output not in flat)
-    query = start_file_sink(rows, settings, "attribution", partition_columns)
+    query = settings.output_sink(settings.output in flat).start_stream(
+        rows, settings.checkpoint, settings.trigger, "attribution")
     dead_letter_query = start_dead_letter_stream(
         classified_stream(spark, settings, limited=False), settings.dead_letter,
         settings.dead_letter_checkpoint, settings.trigger,
@@ -422,7 +464,7 @@ def run_stream(spark, settings: AttributionSettings,
                                    json_lines=settings.progress_json)
     late = LateRecords(spark, settings)
     follow_queries(query, dead_letter_query, stop, progress, late.audit)
-    report = progress.report(mode="stream", backend=settings.backend, output=settings.output,
+    report = progress.report(mode="stream", backend=settings.backend, output=settings.output_name,
                              stopped_by=stop.signal_name if stop is not None else None)
     if settings.config.revising:
         report.extra["late accepted"] = late.accepted
@@ -484,15 +526,12 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows"),
                                              F.count(F.when(~F.col("valid"), 1)).alias("invalid")))
     rows = attribution_batch(events, config=settings.config)
-    rows, columns = by_date(rows, GOAL_DATE)
-    # Each goal date's rows in one task: one file per date instead of one per date and task.
-    # A file costs milliseconds to open and close, and a dataset's goals span many dates (392 on
-    # the 1,000,000-event benchmark, where this took the run from 13.7 to 11.0 s).
-    rows = rows.repartition(*columns)
     if window is None:
-        (rows.observe(emitted, *output_metrics(models)).write.mode("overwrite")
-         .option("partitionOverwriteMode", "static").partitionBy(*columns)
-         .parquet(settings.output))
+        # Files: each goal date's rows in one task (``one_file_per_date``), one file per date
+        # instead of one per date and task. A file costs milliseconds to open and close, and a
+        # dataset's goals span many dates (392 on the 1,000,000-event benchmark, where this
+        # took the run from 13.7 to 11.0 s).
+        settings.output_sink().write_batch(rows.observe(emitted, *output_metrics(models)))
         rejected = dead_letters(classified)
         if read.get["invalid"] == 0:
             # Nothing to find: spare the second scan (a tenth of the run on the benchmark).
@@ -506,7 +545,7 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
                                output_metrics(models))
         extra = outcome.report(settings.config.dedup_window_ms)
     attributed = {m: emitted.get[metric_name("attributed", m)] for m in models}
-    return RunReport(mode="batch", backend="mapInArrow", output=settings.output,
+    return RunReport(mode="batch", backend="mapInArrow", output=settings.output_name,
                      input_rows=read.get["rows"], late_rows=0,
                      goals=emitted.get[metric_name("goals", models[0])],
                      attributed=attributed[models[0]], attributed_by_model=attributed, batches=1,
@@ -536,7 +575,7 @@ class AttributionJob(StreamingJob):
     epilog = EXAMPLES
     groups = {ATTRIBUTION: "attribution", LATE_DATA: "late data (allowed lateness, early "
               "results)", BACKFILL: "backfill (batch mode)"}
-    failures = {CheckpointMismatch: ExitCode.CHECKPOINT}
+    failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT}
 
     def waits_for_input(self, settings: AttributionSettings) -> bool:
         return settings.mode == "stream" and settings.streaming
@@ -547,6 +586,9 @@ class AttributionJob(StreamingJob):
         if settings.report_json:
             check_writable_dir(str(Path(settings.report_json).parent),
                                "--report-json's directory", ExitCode.OUTPUT)
+        if settings.output_topic is not None:
+            self.check_topic_outputs(settings)
+            return
         if settings.mode != "batch":
             super().check_outputs(settings)
             return
@@ -558,6 +600,17 @@ class AttributionJob(StreamingJob):
             backfill.check_target(settings.output, settings.window)
         except backfill.BackfillRefused as err:
             raise Failure(ExitCode.OUTPUT, str(err)) from None
+
+    def check_topic_outputs(self, settings: AttributionSettings) -> None:
+        """With ``--output-topic`` (stream mode only): the sink's own check (the topic itself is
+        asked once Spark runs, by the driver's Kafka client), and the directories that stay
+        files."""
+        problem = settings.output_sink().check()
+        if problem is not None:
+            raise Failure(ExitCode.OUTPUT, problem)
+        check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
+        check_sink_directory(settings.dead_letter, "--dead-letter",
+                             settings.dead_letter_checkpoint)
 
     def checks(self, settings: AttributionSettings) -> AttributionSettings:
         """The checkpoint was started with this input and state layout."""

@@ -82,8 +82,7 @@ INPUTS = {
         s.max_offsets_per_trigger, s.kafka_options)),
 }
 # An option that applies to one input only -> that input.
-_INPUT_ONLY = {"max_files_per_trigger": "files", "max_offsets_per_trigger": "kafka",
-               "kafka_option": "kafka"}
+_INPUT_ONLY = {"max_files_per_trigger": "files", "max_offsets_per_trigger": "kafka"}
 
 
 def default_log_file(app_name: str) -> str:
@@ -131,8 +130,9 @@ class JobSettings:
         "earliest", "where a new checkpoint starts reading the topics; a checkpoint that has "
         "run resumes at its own offsets (default: %(default)s)", INPUT, choices=STARTING_OFFSETS)
     kafka_option: tuple = option(
-        None, "an option of Spark's Kafka source, passed as given (repeatable; consumer "
-        "settings are prefixed with 'kafka.', e.g. kafka.security.protocol=SASL_SSL)", INPUT,
+        None, "an option of Spark's Kafka source and sink, passed as given (repeatable; the "
+        "client's own settings are prefixed with 'kafka.', e.g. "
+        "kafka.security.protocol=SASL_SSL)", INPUT,
         type=kafka_setting, action="append", metavar="KEY=VALUE")
     max_future_skew: str = option(
         DEFAULT_MAX_FUTURE_SKEW, "reject events whose ts is more than this ahead of their "
@@ -194,8 +194,10 @@ class JobSettings:
             if getattr(self, name) and only != kind:
                 raise ValueError(f"{_flag(name)} applies to {_flag(INPUTS[only][0])} input "
                                  "only")
-        if kind == "kafka" and not self.kafka_bootstrap_servers:
-            raise ValueError("--kafka-topics needs --kafka-bootstrap-servers HOST:PORT[,...]")
+        for name in ("kafka_topics", "kafka_option"):
+            if getattr(self, name) and not self.kafka_bootstrap_servers:
+                raise ValueError(f"{_flag(name)} needs --kafka-bootstrap-servers "
+                                 "HOST:PORT[,...]")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ValueError("--max-offsets-per-trigger must be >= 1")
         if self.max_files_per_trigger is not None and self.max_files_per_trigger < 1:

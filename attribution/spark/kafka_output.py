@@ -130,3 +130,23 @@ def read_changelog(bootstrap_servers: str, topic: str, timeout_s: float = 30.0,
     """
     records = read_topic(bootstrap_servers, topic, timeout_s, config)
     return [json.loads(record.value) for record in first_of_each_key(records)]
+
+
+def changelog_rows(records: Iterable[Mapping]) -> list:
+    """``read_changelog``'s rows as the core's ``Attribution`` rows (timestamps in epoch
+    milliseconds, ``trail`` a tuple), as ``output.read_attribution_rows`` gives a directory's.
+
+    :param records: rows as ``read_changelog`` returns them.
+    """
+    from ..events import ts_to_ms
+    from ..rows import Attribution
+
+    rows = []
+    for record in records:
+        fields = {name: record[name] for name in Attribution._fields if name in record}
+        fields["goal_ts"] = ts_to_ms(record["goal_ts"])
+        if record.get("impression_ts") is not None:
+            fields["impression_ts"] = ts_to_ms(record["impression_ts"])
+        fields["trail"] = tuple(record["trail"])
+        rows.append(Attribution(**fields))
+    return rows

@@ -1,8 +1,9 @@
 """Both jobs on Kafka input, against the suite's real local broker (``kafka-local``): a generated
 dataset with disorder, late records and redeliveries, produced to a topic of 3 partitions, gives
 row for row the output of the same dataset read as files, in stream mode (both backends), in
-batch mode and in the join job; bad records on the topic are dead-lettered with their topic,
-partition and offset; a topic that does not exist is one line before Spark starts.
+batch mode and in the join job; bad records on the topic are
+dead-lettered with their topic, partition and offset; a topic that does not exist is one line
+before Spark starts.
 
 Each stream run takes its input in two steps, the same for files and topic: the first half of
 the dataset's files (staged, or produced), an ``available-now`` run, the second half, a second

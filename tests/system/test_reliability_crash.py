@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -188,6 +189,15 @@ class Trickle:
         events_dir.mkdir(parents=True)
 
     @property
+    def options(self) -> list[str]:
+        """The job's input options: the directory, one file per micro-batch."""
+        return ["--events", str(self.events_dir), "--max-files-per-trigger", "1"]
+
+    def batch_taking(self, checkpoint: Path, n: int) -> Optional[int]:
+        """The first planned batch whose input ends with the ``n``-th file given."""
+        return batch_taking_file(checkpoint, n)
+
+    @property
     def remaining(self) -> int:
         return len(self.files) - self.given
 
@@ -209,8 +219,9 @@ class CrashedRun:
     same checkpoint after each; the final run processes every file left and stops."""
 
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
-                 env: Optional[dict] = None):
-        self.trickle = Trickle(files, tmp_path / "events")
+                 env: Optional[dict] = None, trickle=None):
+        self.trickle = trickle or Trickle(files, tmp_path / "events")
+        self.file_output = "--output-topic" not in options
         self.checkpoint, self.output = tmp_path / "checkpoint", tmp_path / "out"
         self.dead, self.late = tmp_path / "dead", tmp_path / "late"
         self.tmp_path, self.options, self.env = tmp_path, options, env
@@ -221,14 +232,13 @@ class CrashedRun:
     def start(self, trigger: str = "1 second") -> JobProcess:
         self.runs += 1
         return JobProcess(self.tmp_path / f"run-{self.runs}.log", [
-            "--events", str(self.trickle.events_dir), "--output", str(self.output),
+            *self.trickle.options, "--output", str(self.output),
             "--checkpoint", str(self.checkpoint), "--dead-letter", str(self.dead),
             "--late-records", str(self.late), "--trigger", trigger,
-            "--max-files-per-trigger", "1", "--master", "local[2]", "--shuffle-partitions", "2",
-            *self.options], self.env)
+            "--master", "local[2]", "--shuffle-partitions", "2", *self.options], self.env)
 
     def planned(self, n: int) -> Optional[int]:
-        return batch_taking_file(self.checkpoint, n)
+        return self.trickle.batch_taking(self.checkpoint, n)
 
     def done(self, n: int) -> bool:
         return (b := self.planned(n)) is not None and committed(self.checkpoint, b)
@@ -264,14 +274,15 @@ class CrashedRun:
             # A task commits its partition's state after writing its rows, whose part file no
             # log file lists until the whole batch commits. This kill, or an earlier one, must
             # leave such a file behind, for the readers to prove they skip it.
-            output = self.output
+            # (Output to a topic has no part files: there the state version alone.)
+            def written(b: int) -> bool:
+                return bool(state_versions_written(checkpoint, b)) and (
+                    not self.file_output or bool(uncommitted_parts(self.output)))
+
             self.kill_at("after state commit",
                          ready=lambda n: (b := planned(n)) is not None
-                         and bool(state_versions_written(checkpoint, b)
-                                  and uncommitted_parts(output)
-                                  or committed(checkpoint, b)),
-                         verify=lambda n: bool(state_versions_written(checkpoint, planned(n)))
-                         and bool(uncommitted_parts(output))
+                         and (written(b) or committed(checkpoint, b)),
+                         verify=lambda n: written(planned(n))
                          and not committed(checkpoint, planned(n)))
 
             # The rest of the files, then a run that processes everything pending and stops.
@@ -379,6 +390,100 @@ def test_sigkill_at_every_kind_of_point_then_restart_gives_the_oracle_exactly(
         assert committed_files(crashed.dead) == []
         return
     assert_dead_letter_exactly_once(spark, crashed.dead)
+
+
+# -- Kafka input, and the changelog out to a topic ---------------------------------------------
+
+class TopicTrickle:
+    """Produces the dataset to a topic of 3 partitions one file's records at a time (each
+    line one record, keyed by its user, an invalid line by ``invalid``); without a per-trigger
+    limit a micro-batch takes what was produced when it was planned, so a file given after the
+    previous one was committed is one micro-batch, as with files."""
+
+    def __init__(self, files: list[Path], bootstrap: str, topic: str):
+        from generators.params import KafkaTarget
+        from generators.topic import TopicWriter
+
+        self.files, self.bootstrap, self.topic, self.given = files, bootstrap, topic, 0
+        self.writer = TopicWriter(KafkaTarget(bootstrap, topic, kafka_partitions=3), "json")
+        self.produced = [0]  # records produced once 0, 1, ... files were given
+
+    @property
+    def options(self) -> list[str]:
+        return ["--kafka-bootstrap-servers", self.bootstrap, "--kafka-topics", self.topic]
+
+    @property
+    def remaining(self) -> int:
+        return len(self.files) - self.given
+
+    def give_next(self) -> int:
+        if not self.remaining:
+            raise AssertionError("the dataset ran out of files before every kill point was hit")
+        records = []
+        for line in self.files[self.given].read_text().splitlines():
+            try:
+                key = json.loads(line).get("user_id") or "heartbeat"
+            except (ValueError, AttributeError):
+                key = "invalid"
+            records.append((key, line.encode()))
+        self.writer.send(records)
+        self.writer.flush()
+        self.produced.append(self.produced[-1] + len(records))
+        self.given += 1
+        return self.given
+
+    def batch_taking(self, checkpoint: Path, n: int) -> Optional[int]:
+        """The first planned batch whose end offsets add up to the records of ``n`` files."""
+        for batch in _batch_ids(checkpoint / "offsets"):
+            try:
+                lines = (checkpoint / "offsets" / str(batch)).read_text().strip().splitlines()
+                taken = sum(json.loads(lines[-1])[self.topic].values())
+            except (ValueError, KeyError, IndexError, FileNotFoundError):
+                return None  # being written right now
+            if taken == self.produced[n]:
+                return batch
+            if taken > self.produced[n]:
+                return None
+        return None
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output", ["files", "topic"])
+def test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_oracle(
+        spark, tmp_path, dataset, kafka_bootstrap, output):
+    """Offsets live in the checkpoint: the topic's records are each used once. With
+    ``--output-topic`` (at least once), the topic's distinct keys are exactly the oracle's rows,
+    however many records the kills repeated."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from attribution.spark.kafka_output import changelog_rows, read_changelog, read_topic
+
+    files, truth = dataset
+    suffix = uuid.uuid4().hex[:8]
+    trickle = TopicTrickle(files, kafka_bootstrap, f"crash-in-{suffix}")
+    options = ["--watermark-delay", "10 minutes"]
+    if output == "topic":
+        out_topic = f"crash-out-{suffix}"
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.create_topics([NewTopic(out_topic, 3, 1)])[out_topic].result(30)
+        options += ["--output-topic", out_topic, "--backend", "transformWithState"]
+    crashed = CrashedRun(tmp_path, files, options, trickle=trickle)
+    try:
+        final = crashed.run()
+    finally:
+        trickle.close()
+    assert "attribution stream run" in final
+    assert_dead_letter_exactly_once(spark, crashed.dead)
+    if output == "files":
+        assert committed_attributions(spark, crashed.output) == truth
+        return
+    rows = sorted(changelog_rows(read_changelog(kafka_bootstrap, out_topic)), key=sort_key)
+    assert rows == truth
+    keys = [r.key for r in read_topic(kafka_bootstrap, out_topic)]
+    assert len(set(keys)) == len(truth) <= len(keys)
 
 
 # -- with allowed lateness: the changelog of revisions across crashes -----------------------------

@@ -68,8 +68,8 @@ BAD_INPUT_OPTIONS = {
                                "--max-files-per-trigger applies to --events input only"),
     "an offset limit on files": (["--events", ".", "--max-offsets-per-trigger", "2"],
                                  "--max-offsets-per-trigger applies to --kafka-topics input only"),
-    "a Kafka option on files": (["--events", ".", "--kafka-option", "kafka.x=y"],
-                                "--kafka-option applies to --kafka-topics input only"),
+    "a Kafka option without servers": (["--events", ".", "--kafka-option", "kafka.x=y"],
+                                       "--kafka-option needs --kafka-bootstrap-servers"),
     "Parquet values": (KAFKA + ["--format", "parquet"],
                        "--format parquet is a file format; Kafka values are one of json, avro"),
     "no offset limit": (KAFKA + ["--max-offsets-per-trigger", "0"],
@@ -249,3 +249,17 @@ def test_a_conf_that_is_not_key_value_is_one_line(job, capsys):
         job.main(["--events", ".", "--conf", "spark.ui.enabled"])
     assert exit_.value.code == ExitCode.USAGE
     assert "is not KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--events", ".", "--output-topic", "rows"],
+     "--output-topic needs --kafka-bootstrap-servers"),
+    (["--events", ".", "--mode", "batch", "--kafka-bootstrap-servers", "127.0.0.1:9",
+      "--output-topic", "rows"], "--output-topic takes a stream's changelog; --mode batch"),
+])
+def test_output_topic_needs_servers_and_a_stream(argv, words, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        attribution_job.main(argv)
+    assert exit_.value.code == ExitCode.USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
