@@ -8,13 +8,11 @@ ends (``KafkaInput.close``, which the benchmark calls in a ``finally``).
 A dataset's records go to its topic in the files' order, each keyed by its user id (a
 heartbeat by its event id) and valued with the event's Avro binary encoding in the event schema
 (the job's ``--format avro``): the typed encoding, as the files are Parquet. The topic has one
-partition. With several, Spark's Kafka source splits a micro-batch's ``maxOffsetsPerTrigger``
-over the partitions in proportion to their backlog, not by event time, so each micro-batch
-ends at a different point of event time in each partition, and the query's one watermark then
-drops as late the records of the partitions that lag: about 7% of the benchmark's events at 2
-partitions and 14% at 3. One partition delivers the records in the files' order, so its
-micro-batches cut the same arrival sequence as the file source's, and the answer is the
-core's.
+partition, so that the two sources differ in their transport and encoding only: one partition
+delivers the records in the files' order, so the topic's micro-batches cut the same arrival
+sequence as the files', and one Spark task reads each micro-batch, as one task reads each file.
+(With several partitions, Spark's Kafka source would split each micro-batch's limit over them
+in proportion to their backlog, and each micro-batch would hold another mix of the events.)
 """
 from __future__ import annotations
 
