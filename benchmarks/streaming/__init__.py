@@ -17,7 +17,11 @@ files, it runs:
 
 * (a) ``native``: Spark's own stateful aggregation, a count per user per 10-minute event-time
   window, append mode, with the job's watermark and file batching: the engine ceiling;
-* (b) the attribution job streaming with ``available-now``, once per backend;
+* (b) the attribution job streaming with ``available-now``, once per backend, and once more
+  with the default backend reading the same events from a Kafka topic (``kafka``: a local
+  broker started under the work directory, each dataset produced to a topic of one partition
+  before the runs, ``maxOffsetsPerTrigger`` making as many micro-batches as the files do; the
+  table prints its ratio to the same query on the files);
 * (c) the attribution job in batch mode;
 * (d) ``core``: the pure-Python core (``attribute_batch``) over the events read with pyarrow.
 
@@ -38,5 +42,6 @@ job layout, the state-scaling check and the sizing table: its definitions are in
 docstring), ``runs`` (one timed run of one kind), ``datasets`` (generating the
 input and the facts runs are checked against), ``report`` (summaries, tables, formatting),
 ``listeners`` (micro-batch progress and state figures), ``sampling`` (memory and CPU from
-``/proc``), ``kinds`` (what runs, and its labels).
+``/proc``), ``kinds`` (what runs, and its labels), ``topics`` (the Kafka source's broker and
+topics).
 """

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from attribution.config import DEFAULT_MODELS, parse_duration_ms, parse_models
+from commandline.exits import Failure, report_failure
 
 from . import __doc__ as OVERVIEW
 from .cost_model import DEFAULT_BATCH_SIZES, cost_model_mode, parse_batch_sizes
@@ -23,6 +24,7 @@ from .modes import (
     main_table,
     scale_mode,
     state_growth_mode,
+    table_runs,
     warm_up,
 )
 from .report import machine_description, print_main
@@ -276,9 +278,9 @@ def run(spark, args) -> dict:
         with bench.sampler:
             if args.warmup:
                 warm_up(bench, args)
-            if args.scale and not args.only_modes:
+            if table_runs(args) and args.scale:
                 results["scale"] = scale_mode(bench, args, args.kinds)
-            elif not (args.only_modes or args.cost_model):
+            elif table_runs(args):
                 section = main_table(bench, args, args.kinds, args.events, "main")
                 print_main(section, args)
                 results["main"] = section
@@ -314,6 +316,9 @@ def main(argv=None) -> int:
                                 shuffle_partitions=args.shuffle_partitions,
                                 extra_conf={"spark.driver.memory": args.driver_memory})
     ship_packages(spark)
-    run(spark, args)
+    try:
+        run(spark, args)
+    except Failure as failure:  # e.g. the Kafka-source kind's broker did not start
+        return report_failure(failure)
     return 0
 

@@ -1,21 +1,65 @@
-"""The kinds of run the benchmark times, in the table's order, and how the tables name them."""
+"""The kinds of run the benchmark times, in the table's order, how the tables name them, and
+how the attribution job runs for each of its kinds (backend and input)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 from joins.durations import format_duration_ms
 
 # ``native`` is the denominator of every ratio.
 NATIVE = "native"
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
+KAFKA = "kafka"
 BATCH = "batch"
 CORE = "core"
-RUN_KINDS = (NATIVE, *STREAM_BACKENDS, BATCH, CORE)
+RUN_KINDS = (NATIVE, *STREAM_BACKENDS, KAFKA, BATCH, CORE)
 RUN_LABELS = {
     NATIVE: "(a) native window count",
     "applyInPandasWithState": "(b) stream applyInPandasWithState",
     "transformWithState": "(b) stream transformWithState",
+    KAFKA: "(b) stream applyInPandasWithState, Kafka source",
     BATCH: "(c) batch (mapInArrow)",
     CORE: "(d) pure-Python core",
 }
+# The job's inputs (``runs.INPUTS``): the dataset's files, and the same events on a Kafka topic.
+FILES = "files"
+KAFKA_TOPIC = "kafka topic"
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """How the attribution job runs for one kind.
+
+    :param backend: the stateful backend it streams with; ``None``: batch mode.
+    :param source: its input, a key of ``runs.INPUTS``: the dataset's files, or the same
+        events on a Kafka topic.
+    """
+
+    backend: Optional[str]
+    source: str = FILES
+
+
+# The kinds that run the attribution job; the others (native, core) are not the job.
+JOB_RUNS = {
+    **{backend: JobRun(backend) for backend in STREAM_BACKENDS},
+    KAFKA: JobRun(STREAM_BACKENDS[0], KAFKA_TOPIC),
+    BATCH: JobRun(None),
+}
+STREAMING_KINDS = tuple(kind for kind, job in JOB_RUNS.items() if job.backend)
+
+
+def files_counterpart(kind: str) -> Optional[str]:
+    """The kind that runs the same query as ``kind`` on the dataset's files, when ``kind``
+    reads another input (the table prints the ratio of the two); ``None`` otherwise.
+
+    :param kind: a kind of ``RUN_KINDS``.
+    """
+    job = JOB_RUNS.get(kind)
+    if job is None or job.source == FILES:
+        return None
+    return next(k for k, other in JOB_RUNS.items()
+                if other == JobRun(job.backend, FILES))
 
 
 def run_label(kind: str, allowed_lateness_ms: int = 0) -> str:
@@ -33,13 +77,13 @@ def run_label(kind: str, allowed_lateness_ms: int = 0) -> str:
 
 def table_variants(kinds: list[str], lateness_ms: list[int]) -> list[tuple[str, int]]:
     """The rows of a main table: ``(kind, allowed lateness)`` for every kind of ``kinds``, the
-    streaming backends once per value of ``lateness_ms`` (the others have none).
+    streaming kinds once per value of ``lateness_ms`` (the others have none).
 
     :param kinds: the kinds to run.
-    :param lateness_ms: the allowed lateness values (ms) of the streaming backends.
+    :param lateness_ms: the allowed lateness values (ms) of the streaming kinds.
     """
     return [(kind, ms) for kind in kinds
-            for ms in (lateness_ms if kind in STREAM_BACKENDS else [0])]
+            for ms in (lateness_ms if kind in STREAMING_KINDS else [0])]
 
 
 # The native count's event-time window.

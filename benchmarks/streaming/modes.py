@@ -11,7 +11,16 @@ from joins.durations import format_duration_ms
 
 from .console import log
 from .datasets import Dataset, make_dataset, measure_state_encoding, read_events_arrow
-from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, STREAM_BACKENDS, run_label, table_variants
+from .kinds import (
+    BATCH,
+    CORE,
+    NATIVE,
+    RUN_KINDS,
+    RUN_LABELS,
+    STREAM_BACKENDS,
+    run_label,
+    table_variants,
+)
 from .report import (
     evenly_spaced,
     fmt_bytes,
@@ -19,6 +28,7 @@ from .report import (
     plateau_verdict,
     print_main,
     render_table,
+    source_ratios,
     sparkline,
     summarise,
 )
@@ -74,6 +84,15 @@ def run_size(bench: Bench, dataset: Dataset, variants: list[tuple[str, int]],
     return results
 
 
+def table_runs(args) -> bool:
+    """Whether the command line ``args`` runs the main table (at one size, or at three with
+    ``--scale``): not with ``--only-modes``, and ``--cost-model`` replaces it.
+
+    :param args: the parsed command line.
+    """
+    return not args.only_modes and (args.scale or not args.cost_model)
+
+
 def warm_up(bench: Bench, args) -> None:
     """Run every Spark kind once, untimed, on a small dataset: the first query of a JVM pays for
     class loading and JIT compilation, which would otherwise be charged to whichever kind the
@@ -85,7 +104,9 @@ def warm_up(bench: Bench, args) -> None:
     dataset = make_dataset(bench.work / "data" / "warmup", min(WARMUP_EVENTS, args.events), 3,
                            args.seed + 1, "warm-up", args.models)
     # The main table warms what it runs; the other modes run the native count and both backends.
-    kinds = [k for k in (NATIVE, *STREAM_BACKENDS, BATCH) if args.only_modes or k in args.kinds]
+    other_modes = (NATIVE, *STREAM_BACKENDS, BATCH)
+    kinds = [k for k in RUN_KINDS
+             if k != CORE and (k in args.kinds if table_runs(args) else k in other_modes)]
     for kind in kinds:
         log(f"[warm-up] {RUN_LABELS[kind]} ...")
         bench.run(kind, dataset, 0)
@@ -116,7 +137,7 @@ def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) ->
             "goals": dataset.goals, "attributed": dataset.attributed,
             "summaries": [asdict(s) for s in summaries],
             "runs": [r.as_dict() for r in results], "state_encoding": encoding,
-            "table": render_table(summaries)}
+            "source_ratios": source_ratios(summaries), "table": render_table(summaries)}
 
 
 def scale_mode(bench: Bench, args, kinds: list[str]) -> dict:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .kinds import BATCH, CORE, NATIVE, run_label
+from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, files_counterpart, run_label
 from .sampling import MIB
 
 if TYPE_CHECKING:
@@ -78,6 +78,28 @@ def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list
             state_peak_sst_bytes=max(last.state.bytes_per_batch, default=None),
             state_memory_bytes=last.state.memory_bytes,
             check=checks[0] if len(checks) == 1 else "; ".join(checks)))
+    return out
+
+
+def source_ratios(summaries: list[Summary]) -> list[dict]:
+    """For each row of a kind that reads another input than the files (a Kafka topic), its
+    ratios to the row of the same query on the files at the same allowed lateness, in the
+    table's convention: its events/s over theirs, their CPU seconds over its.
+
+    :param summaries: the table's rows, as ``summarise`` returns them.
+    """
+    rows = {(s.kind, s.allowed_lateness_ms): s for s in summaries}
+    out = []
+    for s in summaries:
+        files = rows.get((files_counterpart(s.kind), s.allowed_lateness_ms))
+        if files is None:
+            continue
+        out.append({"kind": s.kind, "files_kind": files.kind,
+                    "allowed_lateness_ms": s.allowed_lateness_ms,
+                    "seconds": s.seconds, "files_seconds": files.seconds,
+                    "ratio": s.events_per_s / files.events_per_s,
+                    "cpu_ratio": files.cpu_seconds / s.cpu_seconds if s.cpu_seconds > 0
+                    else None})
     return out
 
 
@@ -192,6 +214,11 @@ def print_main(section: dict, args) -> None:
           f"{section['files']} files incl. heartbeat, maxFilesPerTrigger="
           f"{args.max_files_per_trigger}), median of {args.repeats} interleaved run(s) ==")
     print(section["table"])
+    for r in section["source_ratios"]:
+        print(f"{run_label(r['kind'], r['allowed_lateness_ms'])}: x files {r['ratio']:.2f} "
+              f"(events/s over those of '{RUN_LABELS[r['files_kind']]}', the same query on the "
+              f"files), x files CPU {fmt_number(r['cpu_ratio'], '.2f')}; median "
+              f"{r['seconds']:.1f}s against {r['files_seconds']:.1f}s")
     print(f"goals {section['goals']:,}, attributed {section['attributed']:,} (from the core; "
           "every Spark run's counts must match: column 'check')")
     enc = section["state_encoding"]

@@ -1,6 +1,7 @@
-"""Running one kind: the native count, the attribution job on each backend or in batch mode, the
-bare attribution query (for levers) and the pure-Python core, each timed with its memory, CPU
-and micro-batch progress recorded and its answer checked."""
+"""Running one kind: the native count, the attribution job on each backend or in batch mode, on
+the dataset's files or its Kafka topic, the bare attribution query (for levers) and the
+pure-Python core, each timed with its memory, CPU and micro-batch progress recorded and its
+answer checked."""
 from __future__ import annotations
 
 import shutil
@@ -13,7 +14,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from attribution.config import parse_duration_ms, spark_interval
 
 from .datasets import Dataset, closed_window_events, read_events_arrow
-from .kinds import BATCH, CORE, NATIVE, NATIVE_WINDOW
+from .kinds import CORE, FILES, JOB_RUNS, KAFKA_TOPIC, NATIVE, NATIVE_WINDOW
 from .listeners import (
     ProgressRecorder,
     StateStats,
@@ -22,6 +23,7 @@ from .listeners import (
     state_stats,
 )
 from .sampling import MemoryPeaks, MemorySampler
+from .topics import KAFKA_FORMAT, KafkaInput, offsets_per_trigger
 
 JOB_QUERY = "attribution"  # the attribution job's main query (jobs/attribution_job.py)
 
@@ -101,11 +103,16 @@ class Bench:
         self.recorder = ProgressRecorder()
         spark.streams.addListener(self.recorder.listener)
         self.sampler = MemorySampler(args.sample_interval)
+        self.kafka = KafkaInput(work / "kafka")
         self._runs = 0
 
     def close(self) -> None:
-        """Stop recording the session's progress."""
-        self.spark.streams.removeListener(self.recorder.listener)
+        """Stop recording the session's progress, and stop the Kafka broker if one was
+        started."""
+        try:
+            self.spark.streams.removeListener(self.recorder.listener)
+        finally:
+            self.kafka.close()
 
     def scratch(self, name: str) -> Path:
         """A new, empty directory for one run's output and checkpoint (``name`` tags it).
@@ -162,11 +169,11 @@ class Bench:
         """
         scratch = self.scratch(kind)
         try:
+            if kind in JOB_RUNS:
+                return self._job(kind, dataset, repeat, scratch, **job_options)
             if kind == NATIVE:
                 return self._native(dataset, repeat, scratch)
-            if kind == CORE:
-                return self._core(dataset, repeat)
-            return self._job(kind, dataset, repeat, scratch, **job_options)
+            return self._core(dataset, repeat)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -193,28 +200,30 @@ class Bench:
     def _job(self, kind: str, dataset: Dataset, repeat: int, scratch: Path,
              lookback: Optional[str] = None, options: Sequence[str] = (),
              allowed_lateness_ms: int = 0) -> RunResult:
-        """The attribution job as its command line runs it: ``kind`` is a backend or ``BATCH``;
-        ``lookback`` replaces the dataset's (its answer is then not checked), ``options`` are
-        further command-line options (e.g. ``--state-buckets 0``), ``allowed_lateness_ms`` its
-        ``--allowed-lateness`` (streaming only)."""
+        """The attribution job as its command line runs it, as ``JOB_RUNS[kind]`` says (backend
+        or batch mode, input); ``lookback`` replaces the dataset's (its answer is then not
+        checked), ``options`` are further command-line options (e.g. ``--state-buckets 0``),
+        ``allowed_lateness_ms`` its ``--allowed-lateness`` (streaming only). The input is made
+        ready (a topic produced) before the clock starts."""
         from jobs.attribution_job import parse_args, run
 
-        argv = ["--events", str(dataset.events_dir), "--format", "parquet",
+        job = JOB_RUNS[kind]
+        streaming = job.backend is not None
+        argv = [*INPUTS[job.source](self, dataset, streaming),
                 "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint"),
                 "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
                 "--dedup-window", f"{dataset.config.dedup_window_ms} ms",
                 "--models", ",".join(dataset.config.models)]
-        if kind == BATCH:
+        if not streaming:
             argv += ["--mode", "batch"]
         else:
-            argv += ["--backend", kind, "--max-files-per-trigger",
-                     str(self.args.max_files_per_trigger)]
+            argv += ["--backend", job.backend]
             if allowed_lateness_ms:
                 argv += ["--allowed-lateness", f"{allowed_lateness_ms} ms"]
         args = parse_args([*argv, *options])
         report, seconds, memory, batches = self.timed(
-            lambda: run(self.spark, args), None if kind == BATCH else JOB_QUERY)
+            lambda: run(self.spark, args), JOB_QUERY if streaming else None)
         check = "ok"
         if lookback is None and dataset.goals and (report.goals, report.attributed) != (
                 dataset.goals, dataset.attributed):
@@ -227,7 +236,7 @@ class Bench:
                          check, micro_batch_figures(
                              batches, memory.cpu_timeline,
                              batches_with_data(self.recorder.others(JOB_QUERY))),
-                         allowed_lateness_ms=allowed_lateness_ms if kind != BATCH else 0)
+                         allowed_lateness_ms=allowed_lateness_ms if streaming else 0)
 
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
                  **stream_options) -> RunResult:
@@ -287,6 +296,42 @@ class Bench:
         check = "ok" if (goals, attributed) == (dataset.goals, dataset.attributed) else "FAIL"
         return RunResult(CORE, dataset.label, repeat, dataset.records, seconds, memory,
                          goals=goals, attributed=attributed, check=check)
+
+
+def files_input(bench: Bench, dataset: Dataset, streaming: bool) -> list[str]:
+    """The job's options to read ``dataset``'s Parquet files, ``--max-files-per-trigger`` of
+    the benchmark's command line per micro-batch when ``streaming``.
+
+    :param bench: the benchmark (its command line).
+    :param dataset: the dataset.
+    :param streaming: whether the job streams.
+    """
+    argv = ["--events", str(dataset.events_dir), "--format", "parquet"]
+    if streaming:
+        argv += ["--max-files-per-trigger", str(bench.args.max_files_per_trigger)]
+    return argv
+
+
+def kafka_input(bench: Bench, dataset: Dataset, streaming: bool) -> list[str]:
+    """The job's options to read ``dataset``'s events from its topic on the benchmark's broker
+    (produced on first use), when ``streaming`` with as many micro-batches as the file source
+    makes (``topics.offsets_per_trigger``).
+
+    :param bench: the benchmark (its broker and command line).
+    :param dataset: the dataset.
+    :param streaming: whether the job streams.
+    """
+    bootstrap, topic = bench.kafka.topic(dataset)
+    argv = ["--kafka-bootstrap-servers", bootstrap, "--kafka-topics", topic,
+            "--format", KAFKA_FORMAT]
+    if streaming:
+        argv += ["--max-offsets-per-trigger",
+                 str(offsets_per_trigger(dataset, bench.args.max_files_per_trigger))]
+    return argv
+
+
+# A ``JobRun``'s source -> the job's input options for a dataset.
+INPUTS = {FILES: files_input, KAFKA_TOPIC: kafka_input}
 
 
 def goal_counts(rows, model: str) -> tuple[int, int]:

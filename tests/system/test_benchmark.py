@@ -42,6 +42,7 @@ from benchmarks.streaming.sustainable import (
     bisect_rates,
     percentile,
 )
+from jvm.kafka_local import BrokerDir
 from support import ROOT
 
 
@@ -63,7 +64,7 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
         assert row["seconds"] > 0 and row["events_per_s"] > 0
         assert row["total_mib"] > 0
     assert rows["native"]["ratio"] == pytest.approx(1.0)
-    for kind in ("native", "applyInPandasWithState", "transformWithState"):
+    for kind in ("native", "applyInPandasWithState", "transformWithState", "kafka"):
         assert rows[kind]["batches"] >= 4          # 3 files + heartbeat, one per micro-batch
         assert rows[kind]["jvm_mib"] > 100        # the JVM was found and sampled
         assert rows[kind]["state_peak_rows"] > 0
@@ -71,6 +72,22 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
     # Python workers exist only for the runs that call Python; the native count needs none.
     assert rows["applyInPandasWithState"]["workers_mib"] > 0
     assert rows["transformWithState"]["workers_mib"] > 0
+    assert rows["kafka"]["workers_mib"] > 0
+    # The Kafka source: the same events from a topic, every record read, in as many micro-batches
+    # as the files make, and its ratio to the same query on the files printed under the table.
+    kafka, files = rows["kafka"], rows["applyInPandasWithState"]
+    assert kafka["batches"] == files["batches"]
+    for run_ in section["runs"]:
+        if run_["kind"] in ("kafka", "applyInPandasWithState"):
+            assert sum(b["input_rows"] for b in run_["micro_batches"]) == section["records"]
+    [ratio] = section["source_ratios"]
+    assert (ratio["kind"], ratio["files_kind"]) == ("kafka", "applyInPandasWithState")
+    assert ratio["ratio"] == pytest.approx(kafka["events_per_s"] / files["events_per_s"])
+    assert ratio["cpu_ratio"] == pytest.approx(files["cpu_seconds"] / kafka["cpu_seconds"])
+    assert f"{RUN_LABELS['kafka']}: x files {ratio['ratio']:.2f} " in out
+    # The benchmark started its broker under its work directory and stopped it at the end.
+    broker = BrokerDir(str(tmp_path / "work" / "kafka"))
+    assert broker.log.is_file() and broker.pid() is None and not broker.pid_file.exists()
     # Until the heartbeat's batch nothing leaves the state, so at the peak every user is in it:
     # transformWithState keeps one row per user, applyInPandasWithState one per hash bucket that
     # holds users. The same seed generates the same users again, to count those buckets.
