@@ -25,13 +25,10 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping
 
-from attribution.events import Event, parse_event, ts_to_ms
+from attribution.events import Event, parse_event
 from attribution.oracle import attribute_batch
-from attribution.rows import Attribution
-from attribution.schema import OUTPUT_FIELDS
-from attribution.spark.kafka_output import read_changelog
+from attribution.spark.kafka_output import changelog_rows, read_changelog
 from attribution.spark.late_records import read_late_records
 from commandline.exits import ExitCode, Failure, report_failure
 from generators.dataset import GenerationResult
@@ -47,23 +44,6 @@ OUTPUT_TOPIC = "attributions"
 PARTITIONS = 3
 FORMAT = "json"  # each record's value: one line of the JSON event files (the job's default)
 TOPIC_TIMEOUT_S = 30.0
-
-
-def changelog_rows(values: Iterable[Mapping]) -> list[Attribution]:
-    """Output rows as ``read_changelog`` gives them (dicts, timestamps as ISO-8601 text, the
-    trail a list) as the core's rows (epoch milliseconds, the trail a tuple).
-
-    :param values: the records' values, parsed.
-    """
-    rows = []
-    for value in values:
-        record = {name: value[name] for name in OUTPUT_FIELDS}
-        record["goal_ts"] = ts_to_ms(record["goal_ts"])
-        if record["impression_ts"] is not None:
-            record["impression_ts"] = ts_to_ms(record["impression_ts"])
-        record["trail"] = tuple(record["trail"] or ())
-        rows.append(Attribution(**record))
-    return rows
 
 
 def produce_events(dataset: GenerationResult, bootstrap: str) -> list[Event]:
