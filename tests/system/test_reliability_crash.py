@@ -202,16 +202,19 @@ class Trickle:
         return len(self.files) - self.given
 
     def give_next(self) -> int:
+        """Hand the next file over; returns how many were given."""
         if not self.remaining:
             raise AssertionError("the dataset ran out of files before every kill point was hit")
-        source = self.files[self.given]
+        self.give(self.files[self.given])
+        self.given += 1
+        return self.given
+
+    def give(self, source: Path) -> None:
         hidden = self.events_dir / f".{source.name}.tmp"  # Spark skips dot-files
         shutil.copy(source, hidden)
         mtime = FILE_TIME + self.given
         os.utime(hidden, (mtime, mtime))
         hidden.rename(self.events_dir / source.name)
-        self.given += 1
-        return self.given
 
 
 class CrashedRun:
@@ -394,7 +397,7 @@ def test_sigkill_at_every_kind_of_point_then_restart_gives_the_oracle_exactly(
 
 # -- Kafka input, and the changelog out to a topic ---------------------------------------------
 
-class TopicTrickle:
+class TopicTrickle(Trickle):
     """Produces the dataset to a topic of 3 partitions one file's records at a time (each
     line one record, keyed by its user, an invalid line by ``invalid``); without a per-trigger
     limit a micro-batch takes what was produced when it was planned, so a file given after the
@@ -412,15 +415,9 @@ class TopicTrickle:
     def options(self) -> list[str]:
         return ["--kafka-bootstrap-servers", self.bootstrap, "--kafka-topics", self.topic]
 
-    @property
-    def remaining(self) -> int:
-        return len(self.files) - self.given
-
-    def give_next(self) -> int:
-        if not self.remaining:
-            raise AssertionError("the dataset ran out of files before every kill point was hit")
+    def give(self, source: Path) -> None:
         records = []
-        for line in self.files[self.given].read_text().splitlines():
+        for line in source.read_text().splitlines():
             try:
                 key = json.loads(line).get("user_id") or "heartbeat"
             except (ValueError, AttributeError):
@@ -429,8 +426,6 @@ class TopicTrickle:
         self.writer.send(records)
         self.writer.flush()
         self.produced.append(self.produced[-1] + len(records))
-        self.given += 1
-        return self.given
 
     def batch_taking(self, checkpoint: Path, n: int) -> Optional[int]:
         """The first planned batch whose end offsets add up to the records of ``n`` files."""
