@@ -23,6 +23,36 @@ from .params import TOPIC_FORMATS, KafkaTarget
 CONNECT_TIMEOUT_S = 30.0
 
 
+def ensure_topic(target: KafkaTarget) -> None:
+    """Create ``target.topic`` with ``target.kafka_partitions`` partitions unless the cluster
+    has it (an existing topic is used as it is).
+
+    :param target: the bootstrap servers, the topic and the partitions of a new topic.
+    :raises Failure: no broker answered, or the topic could not be created.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    servers = target.kafka_bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
+    try:
+        topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics
+    except KafkaException:
+        raise Failure(ExitCode.OUTPUT, f"no Kafka broker answered at {servers} within "
+                                       f"{CONNECT_TIMEOUT_S:g} s; check "
+                                       f"--kafka-bootstrap-servers (a local one: "
+                                       f"'kafka-local start --dir DIR')") from None
+    if target.topic in topics:
+        return
+    created = admin.create_topics([NewTopic(target.topic, target.kafka_partitions, -1)])
+    try:
+        created[target.topic].result(CONNECT_TIMEOUT_S)
+    except KafkaException as err:
+        if "TOPIC_ALREADY_EXISTS" not in str(err):  # created meanwhile by someone else
+            raise Failure(ExitCode.OUTPUT, f"cannot create topic {target.topic} at {servers}: "
+                                           f"{err.args[0].str()}") from None
+
+
 class TopicWriter:
     """A producer to one topic, failing with one line when the broker is unreachable or a
     record is refused.
@@ -39,7 +69,7 @@ class TopicWriter:
                                           f"event per record is {' or '.join(TOPIC_FORMATS)}")
         self.target = target
         self.topic = target.topic
-        self._ensure_topic()
+        ensure_topic(target)
         self._error: Optional[str] = None
         self._producer = Producer({
             "bootstrap.servers": target.kafka_bootstrap_servers,
@@ -48,29 +78,6 @@ class TopicWriter:
             "linger.ms": 20,
             "log_level": 3,
         })
-
-    def _ensure_topic(self) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        servers = self.target.kafka_bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
-        try:
-            topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics
-        except KafkaException:
-            raise Failure(ExitCode.OUTPUT, f"no Kafka broker answered at {servers} within "
-                                           f"{CONNECT_TIMEOUT_S:g} s; check "
-                                           f"--kafka-bootstrap-servers (a local one: "
-                                           f"'kafka-local start --dir DIR')") from None
-        if self.topic in topics:
-            return
-        created = admin.create_topics([NewTopic(self.topic, self.target.kafka_partitions, -1)])
-        try:
-            created[self.topic].result(CONNECT_TIMEOUT_S)
-        except KafkaException as err:
-            if "TOPIC_ALREADY_EXISTS" not in str(err):  # created meanwhile by someone else
-                raise Failure(ExitCode.OUTPUT, f"cannot create topic {self.topic} at {servers}: "
-                                               f"{err.args[0].str()}") from None
 
     def _delivered(self, err, _msg) -> None:
         if err is not None and self._error is None:

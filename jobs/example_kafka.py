@@ -30,10 +30,10 @@ from attribution.events import Event, parse_event
 from attribution.oracle import attribute_batch
 from attribution.spark.kafka_output import changelog_rows, read_changelog
 from attribution.spark.late_records import read_late_records
-from commandline.exits import ExitCode, Failure, report_failure
+from commandline.exits import Failure, report_failure
 from generators.dataset import GenerationResult
 from generators.params import KafkaTarget
-from generators.topic import TopicWriter
+from generators.topic import TopicWriter, ensure_topic
 from generators.writers import file_record_values
 from jobs import attribution_job
 from jobs.example import example_parser, generate_example, matches_oracle
@@ -43,7 +43,6 @@ EVENTS_TOPIC = "events"
 OUTPUT_TOPIC = "attributions"
 PARTITIONS = 3
 FORMAT = "json"  # each record's value: one line of the JSON event files (the job's default)
-TOPIC_TIMEOUT_S = 30.0
 
 
 def produce_events(dataset: GenerationResult, bootstrap: str) -> list[Event]:
@@ -68,16 +67,7 @@ def create_output_topic(bootstrap: str) -> None:
     :param bootstrap: the broker's ``HOST:PORT``.
     :raises Failure: the broker refused it.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    created = admin.create_topics([NewTopic(OUTPUT_TOPIC, PARTITIONS, 1)])
-    try:
-        created[OUTPUT_TOPIC].result(TOPIC_TIMEOUT_S)
-    except KafkaException as err:
-        raise Failure(ExitCode.OUTPUT, f"cannot create topic {OUTPUT_TOPIC} at {bootstrap}: "
-                                       f"{err.args[0].str()}") from None
+    ensure_topic(KafkaTarget(bootstrap, OUTPUT_TOPIC, kafka_partitions=PARTITIONS))
 
 
 def not_late(events: list[Event], late_dir: Path) -> tuple[list[Event], int]:
