@@ -24,6 +24,7 @@ topic that already holds records, whose keys it could repeat with other rows.
 """
 from __future__ import annotations
 
+import time
 from typing import Mapping, Optional, Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -46,11 +47,15 @@ GOAL_COLUMNS = ("user_id", "goal_event_id")
 _JSON_OPTIONS = {"ignoreNullFields": "false", "timeZone": "UTC",
                  "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
 _ADMIN_TIMEOUT_MS = 30_000
+_NEW_TOPIC_WAIT_S = 10.0  # how long a topic unknown to the broker is asked for again
 _KAFKA_PREFIX = "kafka."  # Spark's prefix of the Kafka client's own settings
 
 
 class TopicRefused(ValueError):
-    """The topic cannot take this write; the message says why, in one line."""
+    """The topic cannot take this write; the message says why, in one line.
+    ``unknown_topic``: the broker does not know the topic (yet)."""
+
+    unknown_topic = False
 
 
 class KafkaSink(Sink):
@@ -191,10 +196,22 @@ class _TopicAdmin:
 
     def describe(self) -> tuple[int, int]:
         """The topic's partition count and how many records it holds (from each partition's
-        earliest offset to its end).
+        earliest offset to its end). A topic unknown to the broker is asked again for
+        ``_NEW_TOPIC_WAIT_S``: a topic created a moment ago reaches the brokers' metadata a
+        little after its creation is acknowledged (Kafka's clients retry this error too).
 
         :raises TopicRefused: the topic does not exist or no broker answered in time.
         """
+        deadline = time.monotonic() + _NEW_TOPIC_WAIT_S
+        while True:
+            try:
+                return self._describe_once()
+            except TopicRefused as refused:
+                if not refused.unknown_topic or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def _describe_once(self) -> tuple[int, int]:
         from py4j.protocol import Py4JJavaError
 
         jvm, topic = self.jvm, self.sink.topic
@@ -230,8 +247,10 @@ class _TopicAdmin:
         name = cause.getClass().getSimpleName()
         servers = self.sink.bootstrap_servers
         if name == "UnknownTopicOrPartitionException":
-            return TopicRefused(f"topic {self.sink.topic} does not exist at {servers}: create it "
-                                "first, with the partitions its readers need")
+            refused = TopicRefused(f"topic {self.sink.topic} does not exist at {servers}: "
+                                   "create it first, with the partitions its readers need")
+            refused.unknown_topic = True
+            return refused
         if name == "TimeoutException":
             return TopicRefused(f"no Kafka broker at {servers} answered within "
                                 f"{_ADMIN_TIMEOUT_MS // 1000} s; check --kafka-bootstrap-servers")
