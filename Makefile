@@ -34,9 +34,13 @@ run: check-java $(STAMP) $(JARS)
 run-kafka: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.example_kafka
 
-# Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests.
+# Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests on
+# TEST_WORKERS pytest-xdist workers. Most of a Spark test's time is waiting (JVM start, micro-batch
+# scheduling, Python workers, subprocess jobs), so more workers than cores finish sooner; the
+# longest tests start first (tests/conftest.py).
+TEST_WORKERS ?= 4
 test: check-java lint $(JARS)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist load
 
 # The unit tier alone: no Spark session, about a minute.
 test-fast: lint

@@ -1,5 +1,11 @@
 """Fixtures of every tier: one SparkSession for the whole run, one local Kafka broker for the
-whole run (started on first use), and the chapter 7 dataset."""
+whole run (started on first use), and the chapter 7 dataset; and the order tests start in.
+
+``make test`` runs the tests on several pytest-xdist workers (each with its own session and, when
+a test asks for one, its own broker). The run ends when the last worker finishes, so the longest
+tests start first: the system tier, then the Spark tier, then the unit tier, the tests marked
+``slow`` first within each, so that short tests fill the gaps at the end.
+"""
 from __future__ import annotations
 
 import os
@@ -10,6 +16,18 @@ from pathlib import Path
 import pytest
 
 from support import CH7_DIR, ROOT, stage_in_arrival_order
+
+# Tiers in the order they start (the directories under tests/).
+_TIER_ORDER = {"system": 0, "spark": 1, "unit": 2}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest first: by tier, then the tests marked ``slow``; otherwise collection order."""
+    def rank(item):
+        tier = Path(str(item.path)).parent.name
+        return (_TIER_ORDER.get(tier, len(_TIER_ORDER)), item.get_closest_marker("slow") is None)
+
+    items.sort(key=rank)  # stable: collection order within a rank
 
 
 @pytest.fixture(scope="session")
