@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from jobs.report_tables import DAY_STATUS, MEASURES, ORGANIC, PROVISIONAL
+from jobs.report_tables import DAY_STATUS, MEASURES, ORGANIC, PROVISIONAL, campaign_rank
 
 TOTALS = "totals"            # totals.parquet, totals.csv
 DAILY = "daily"              # daily.parquet, daily.csv
@@ -34,6 +34,7 @@ def _figure(width: float = 9.0, height: float = 4.5):
 
 
 def _title(figure, text: str) -> None:
+    # The figure's title, above the plot and everything around it, the legend included.
     figure.suptitle(text)
 
 
@@ -61,10 +62,7 @@ def conversions_chart(totals: pd.DataFrame, path: Path) -> None:
     by_campaign = credited.pivot_table(index="campaign", columns="model", values="conversions",
                                        aggfunc="sum", fill_value=0.0)
     title = "Credited conversions per campaign, by model"
-    # Ranked, most conversions first; ties by name, so the order is the same on every run.
-    rank = by_campaign.sum(axis=1).reset_index(name="total").sort_values(
-        ["total", "campaign"], ascending=[False, True])["campaign"]
-    by_campaign = by_campaign.loc[list(rank)]
+    by_campaign = by_campaign.loc[campaign_rank(credited)]
     if len(by_campaign) > MAX_CHART_CAMPAIGNS:
         by_campaign = by_campaign.iloc[:MAX_CHART_CAMPAIGNS]
         title += f" (the {MAX_CHART_CAMPAIGNS} campaigns with most conversions)"

@@ -151,6 +151,17 @@ def ranked_campaigns(totals: pd.DataFrame) -> pd.DataFrame:
                               na_position="last").reset_index(drop=True)
 
 
+def campaign_rank(totals: pd.DataFrame) -> list[str]:
+    """The campaigns of ``totals`` ranked by their conversions summed over every model, most
+    first; ties by name, so that the order is the same on every run.
+
+    :param totals: the frame ``campaign_totals`` returned (or rows of it).
+    """
+    summed = totals.groupby("campaign")["conversions"].sum().reset_index()
+    return list(summed.sort_values(["conversions", "campaign"], ascending=[False, True])
+                ["campaign"])
+
+
 TOTALS = ["model", "goals", "attributed_goals", "organic_goals", "conversions", "credited_value"]
 
 

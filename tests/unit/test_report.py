@@ -194,6 +194,22 @@ def test_the_filters_select_what_they_say(changelog_output, tmp_path, first, las
     assert flat(totals) == pytest.approx(flat(expected_totals(selected)), nan_ok=True)
 
 
+def test_campaigns_are_ranked_by_conversions(changelog_output, tmp_path):
+    from jobs.report_tables import campaign_rank
+
+    assert report.main(["--attributions", str(changelog_output), "--out",
+                        str(tmp_path / "report")]) == 0
+    totals = pd.read_csv(tmp_path / "report" / "campaigns.csv", keep_default_na=False)
+    # Per model, most conversions first; linear's tie (1.5) goes to the higher value (summer).
+    assert totals[totals["model"] == "linear"]["campaign"].tolist() == [
+        "summer", "spring", "(no campaign)", "(organic)"]
+    assert totals[totals["model"] == "last_touch"]["campaign"].tolist() == [
+        "spring", "summer", "(no campaign)", "(organic)"]
+    # The chart's bars: over both models, spring 3.5, summer 2.5, (no campaign) 2.
+    credited = totals[totals["campaign"] != "(organic)"]
+    assert campaign_rank(credited) == ["spring", "summer", "(no campaign)"]
+
+
 def test_the_report_writes_charts_and_a_self_contained_page(changelog_output, tmp_path):
     out = tmp_path / "report"
     assert report.main(["--attributions", str(changelog_output), "--out", str(out)]) == 0
