@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # mvn into build/jars/ (git-ignored); a Spark session finds them there by itself.
 JARS   := build/jars/.fetched
 
-.PHONY: run run-kafka test test-fast lint check-java venv jars clean bench bench-sustainable
+.PHONY: run run-kafka report test test-fast lint check-java venv jars clean bench bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -29,6 +29,12 @@ jars: $(JARS)
 
 run: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.example
+
+# The report of `make run`'s output (out/example/attributions) into out/example/report.
+EXAMPLE_OUT := out/example
+report: $(STAMP)
+	@test -d $(EXAMPLE_OUT)/attributions || { echo "error: no $(EXAMPLE_OUT)/attributions to report on: run 'make run' first"; exit 2; }
+	$(PY) -m jobs.report --attributions $(EXAMPLE_OUT)/attributions --out $(EXAMPLE_OUT)/report
 
 # The same example through Kafka topics, on a local broker the example starts and stops.
 run-kafka: check-java $(STAMP) $(JARS)

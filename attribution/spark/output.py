@@ -12,7 +12,12 @@ do, returns duplicated rows or fails. The readers here trust the commit record i
   at the top level in output written before partitions), only while the ``_SUCCESS`` marker
   says the last write finished; files under hidden directories (``_temporary``,
   ``.spark-staging-*``) are a write in progress, never output;
-* a single Parquet file (a generator's truth file): that file.
+* a single Parquet file (a generator's truth file): that file;
+* a Delta table (``_delta_log/`` present: the job's Delta changelog, or its current table): the
+  rows of one committed table version, read with the ``deltalake`` package (no Spark), which
+  reads only the files that version's log lists. With them comes the completeness frontier
+  the job published in that version's commit (``attribution.finality``):
+  ``read_committed_output`` returns both, of the same version.
 
 Anything else is refused with ``NotAttributionOutput``. Output written before spec sections 7
 and 8 lacks their columns; the readers add them with the values a run without those features
@@ -24,8 +29,9 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Optional, Union
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -33,6 +39,13 @@ import pyarrow.parquet as pq
 
 from ..core import Attribution
 from ..events import ts_to_ms
+from ..finality import (
+    ALLOWED_LATENESS_KEY,
+    BATCH_ID_KEY,
+    FINAL_THROUGH_KEY,
+    WATERMARK_KEY,
+    parse_frontier,
+)
 from ..schema import (
     OUTPUT_FIELDS,
     OUTPUT_SCHEMA,
@@ -47,6 +60,7 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, Path]
 SINK_LOG_DIR = "_spark_metadata"
+DELTA_LOG_DIR = "_delta_log"  # a Delta table's transaction log: its presence makes a path Delta
 SUCCESS_MARKER = "_SUCCESS"
 # A backfill's record of the goal dates it is replacing, from its start until it has finished;
 # the job removes SUCCESS_MARKER meanwhile (``attribution.spark.backfill``).
@@ -93,6 +107,9 @@ def committed_files(path: PathLike) -> list[Path]:
         raise NotAttributionOutput(f"{path} does not exist")
     if not path.is_dir():
         raise NotAttributionOutput(f"{path} is not a directory")
+    if is_delta_table(path):
+        raise NotAttributionOutput(f"{path} is a Delta table: its committed files are those of "
+                                   "a table version; read it with read_attributions")
     if (path / SINK_LOG_DIR).is_dir():
         return sink_log_files(path / SINK_LOG_DIR)
     if (path / SUCCESS_MARKER).is_file():
@@ -160,14 +177,140 @@ def _local_path(uri: str, log_file: Path) -> Path:
     return Path(unquote(parsed.path))
 
 
-def read_output_table(path: PathLike) -> pa.Table:
-    """The committed rows under ``path`` (see ``committed_files``, or one Parquet file) as Arrow.
+def is_delta_table(path: PathLike) -> bool:
+    """Whether ``path`` is a Delta table: a directory holding a ``_delta_log/`` transaction log.
 
-    Columns are those of the files, plus ``ABSENT_COLUMN_DEFAULTS`` for output written without
-    them, then ``goal_date``, derived from ``goal_ts`` (the part files do not hold it). Raises
-    ``NotAttributionOutput`` when ``path`` is not attribution output.
+    :param path: a local path.
     """
-    path = Path(path)
+    return (Path(path) / DELTA_LOG_DIR).is_dir()
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The completeness frontier a commit of a Delta output published
+    (``attribution.finality``): goals at or before ``final_through_ms`` can no longer change.
+
+    :param version: the table version whose commit carries it.
+    :param batch_id: the micro-batch that committed it.
+    :param watermark_ms: the on-time watermark that micro-batch ran with (None: none yet).
+    :param allowed_lateness_ms: the job's allowed lateness.
+    :param final_through_ms: the frontier (None: nothing final yet).
+    """
+
+    version: int
+    batch_id: Optional[int]
+    watermark_ms: Optional[int]
+    allowed_lateness_ms: Optional[int]
+    final_through_ms: Optional[int]
+
+
+@dataclass(frozen=True)
+class CommittedOutput:
+    """One consistent read of an attribution output: its rows and what they cover.
+
+    :param rows: the committed rows, as ``read_attributions`` returns them.
+    :param format: ``"delta"`` or ``"parquet"`` (a Spark file sink's or batch write's output,
+        or one Parquet file).
+    :param version: the Delta table version read; None for Parquet output.
+    :param frontier: the frontier in force at that version: that of the latest commit at or
+        before it that published one; None for Parquet output (which publishes none) or a
+        Delta table none of whose commits did.
+    """
+
+    rows: "pd.DataFrame"
+    format: str
+    version: Optional[int]
+    frontier: Optional[Frontier]
+
+    @property
+    def final_through_ms(self) -> Optional[int]:
+        """Goals at or before this time (epoch ms) are final; None: none known to be."""
+        return self.frontier.final_through_ms if self.frontier else None
+
+    @property
+    def watermark_ms(self) -> Optional[int]:
+        """The on-time watermark of the commit that published the frontier, if any."""
+        return self.frontier.watermark_ms if self.frontier else None
+
+
+def _open_delta(path: PathLike, version: Optional[int] = None):
+    """The ``deltalake.DeltaTable`` of ``path`` at ``version`` (None: the latest), or
+    ``NotAttributionOutput`` naming why it cannot be opened."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return DeltaTable(str(path), version=version)
+    except DeltaError as err:
+        at = "" if version is None else f" at version {version}"
+        raise NotAttributionOutput(
+            f"{path} is not a readable Delta table{at} ({' '.join(str(err).split())})") from None
+
+
+def _commit_user_metadata(log_dir: Path, version: int) -> tuple[bool, Optional[str]]:
+    """Whether the commit file of ``version`` is still in the log, and its commit information's
+    ``userMetadata``. A commit file holds one JSON action per line; its ``commitInfo`` action
+    says who wrote the commit and with what metadata."""
+    commit = log_dir / f"{version:020d}.json"
+    if not commit.is_file():
+        return False, None
+    for line in commit.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                return True, action["commitInfo"].get("userMetadata")
+    return True, None
+
+
+def _delta_frontier(path: Path, version: int) -> Optional[Frontier]:
+    """The frontier in force at ``version`` of the Delta table at ``path``: that of the newest
+    commit up to ``version`` whose ``userMetadata`` carries one.
+
+    A commit without one (the table's creation, a maintenance operation, another writer) does
+    not move the frontier, so the walk goes back past it, as far as the log still holds commit
+    files (a log cleanup removes old ones). The commit files are read directly because
+    ``deltalake``'s history of a table loaded at an older version lists the newest commits.
+    """
+    for candidate in range(version, -1, -1):
+        present, metadata = _commit_user_metadata(path / DELTA_LOG_DIR, candidate)
+        if not present:
+            return None
+        parsed = parse_frontier(metadata)
+        if parsed is not None:
+            return Frontier(version=candidate, batch_id=parsed.get(BATCH_ID_KEY),
+                            watermark_ms=parsed.get(WATERMARK_KEY),
+                            allowed_lateness_ms=parsed.get(ALLOWED_LATENESS_KEY),
+                            final_through_ms=parsed.get(FINAL_THROUGH_KEY))
+    return None
+
+
+def read_frontier(path: PathLike, version: Optional[int] = None) -> Optional[Frontier]:
+    """The completeness frontier in force at ``version`` of the Delta output at ``path``.
+
+    :param path: a Delta changelog or current table (local path).
+    :param version: the table version (None: the latest).
+    :returns: the frontier of the newest commit at or before ``version`` that published one,
+        or None when none did.
+    :raises NotAttributionOutput: ``path`` is no Delta table, or has no such version.
+    """
+    if not is_delta_table(path):
+        raise NotAttributionOutput(f"{path} is not a Delta table (no {DELTA_LOG_DIR}/): only "
+                                   "Delta output publishes a completeness frontier")
+    return _delta_frontier(Path(path), _open_delta(path, version).version())
+
+
+def _output_arrow(path: Path, version: Optional[int] = None) -> tuple[pa.Table, Optional[int],
+                                                                       Optional[Frontier]]:
+    """The committed rows under ``path`` as Arrow, as the files hold them, with the Delta table
+    version and frontier they belong to (None, None for Parquet output)."""
+    if path.is_dir() and is_delta_table(path):
+        table = _open_delta(path, version)
+        # The frontier of the snapshot whose rows are read, not of the table's latest version.
+        read = table.version()
+        return table.to_pyarrow_table(), read, _delta_frontier(path, read)
+    if version is not None:
+        raise NotAttributionOutput(f"{path} is not a Delta table: it has no versions to choose "
+                                   "from")
     files = [path] if path.is_file() else committed_files(path)
     missing = [f for f in files if not f.is_file()]
     if missing:
@@ -178,7 +321,26 @@ def read_output_table(path: PathLike) -> pa.Table:
                                          if f["name"] in REQUIRED_COLUMNS]})
         tables = [empty.empty_table()]
     # Files written before and after a column was added can share one directory.
-    table = pa.concat_tables(tables, promote_options="default")
+    return pa.concat_tables(tables, promote_options="default"), None, None
+
+
+def read_output_table(path: PathLike, version: Optional[int] = None) -> pa.Table:
+    """The committed rows under ``path`` (see ``committed_files``, one Parquet file, or a Delta
+    table's version) as Arrow.
+
+    Columns are those of the output, plus ``ABSENT_COLUMN_DEFAULTS`` for output written without
+    them, then ``goal_date``, the UTC date of ``goal_ts`` (derived: Parquet part files do not
+    hold it). Raises ``NotAttributionOutput`` when ``path`` is not attribution output.
+
+    :param path: an output directory, a Delta table or a Parquet file.
+    :param version: for a Delta table, the version to read (None: the latest).
+    """
+    return _conform(Path(path), _output_arrow(Path(path), version)[0])
+
+
+def _conform(path: Path, table: pa.Table) -> pa.Table:
+    """``table`` in the readers' one shape: the output's columns with ``ABSENT_COLUMN_DEFAULTS``
+    for those it lacks, and ``goal_date`` last."""
     absent = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if absent:
         raise NotAttributionOutput(
@@ -212,24 +374,52 @@ def _read_parquet(file: Path) -> pa.Table:
         raise NotAttributionOutput(f"{file} is not a readable Parquet file ({err})") from None
 
 
-def read_attributions(path: PathLike) -> "pd.DataFrame":
-    """The committed rows of a job's output (or of one Parquet file) as a pandas DataFrame.
-
-    Reads no uncommitted file and needs no Spark. Timestamps are UTC, 64-bit integer columns
-    nullable ``Int64`` (``impression_id`` is null on organic rows), ``goal_date`` (last) holds
-    ``datetime.date`` values; rows are the changelog as written (``fold_changelog`` nets it).
-    ``path``: an output directory or a Parquet file. Raises ``NotAttributionOutput``.
-    """
+def _to_pandas(table: pa.Table) -> "pd.DataFrame":
     import pandas as pd
 
-    return read_output_table(path).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def read_attributions(path: PathLike, version: Optional[int] = None) -> "pd.DataFrame":
+    """The committed rows of a job's output (or of one Parquet file) as a pandas DataFrame.
+
+    Reads no uncommitted file and needs no Spark: a Parquet output through its commit record,
+    a Delta table (changelog or current table) at one committed version through ``deltalake``.
+    Timestamps are UTC, 64-bit integer columns nullable ``Int64`` (``impression_id`` is null
+    on organic rows), ``goal_date`` (last) holds ``datetime.date`` values; rows are as
+    written (a changelog: ``fold_changelog`` nets it). Raises ``NotAttributionOutput``.
+
+    :param path: an output directory, a Delta table or a Parquet file.
+    :param version: for a Delta table, the version to read (None: the latest).
+    """
+    return _to_pandas(read_output_table(path, version))
+
+
+def read_committed_output(path: PathLike, version: Optional[int] = None) -> CommittedOutput:
+    """The committed rows of a job's output together with the table version and completeness
+    frontier they belong to, read in one snapshot (no Spark).
+
+    For a Delta output the rows are those of ``version`` (None: the latest) and the frontier the
+    one in force at that version, so a reader never pairs rows with the frontier of another
+    version. A Parquet output publishes no frontier: ``version`` and ``frontier`` are None.
+
+    :param path: an output directory, a Delta table or a Parquet file.
+    :param version: for a Delta table, the version to read (None: the latest).
+    :raises NotAttributionOutput: ``path`` holds no committed attribution output.
+    """
+    path = Path(path)
+    table, read_version, frontier = _output_arrow(path, version)
+    return CommittedOutput(rows=_to_pandas(_conform(path, table)),
+                           format="parquet" if read_version is None else "delta",
+                           version=read_version, frontier=frontier)
 
 
 def read_attributions_spark(spark, path: PathLike):
     """The committed rows of a job's output as a Spark DataFrame (``spark.read.parquet``, which
-    honours the file sink's log), with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and
-    ``goal_date`` (a date) last: Spark's partition column of partitioned output, so that a filter
-    on it reads only the dates asked for; derived from ``goal_ts`` for output written flat.
+    honours the file sink's log; ``format("delta")`` for a local Delta table), with
+    ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and ``goal_date`` (a date) last: Spark's
+    partition column of partitioned output, so that a filter on it reads only the dates asked
+    for; derived from ``goal_ts`` for output written flat.
 
     ``spark``: the session; ``path``: the output directory (any Hadoop file system). A local
     path is checked first, so that a missing or foreign directory raises
@@ -239,9 +429,13 @@ def read_attributions_spark(spark, path: PathLike):
 
     from .layout import utc_date
 
-    if "://" not in str(path):
+    if "://" in str(path):
+        frame = spark.read.parquet(str(path))
+    elif is_delta_table(path):
+        frame = spark.read.format("delta").load(str(path))
+    else:
         committed_files(path)
-    frame = spark.read.parquet(str(path))
+        frame = spark.read.parquet(str(path))
     absent = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if absent:
         raise NotAttributionOutput(f"{path} is not attribution output: it lacks the columns "

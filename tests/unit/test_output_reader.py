@@ -16,13 +16,18 @@ import pytest
 from attribution.schema import OUTPUT_FIELDS, PARTITION_COLUMN
 from attribution.spark.output import (
     BACKFILL_MARKER,
+    Frontier,
     NotAttributionOutput,
     committed_files,
+    is_delta_table,
     read_attribution_rows,
     read_attributions,
+    read_committed_output,
+    read_frontier,
 )
 from support import (
     attribution_record,
+    output_table,
     write_batch_output,
     write_partitioned_batch_output,
     write_sink_output,
@@ -240,3 +245,43 @@ def test_an_output_being_backfilled_is_refused_until_its_success_marker_is_back(
         read_attributions(tmp_path)
     (tmp_path / "_SUCCESS").write_text("")  # what the backfill writes once it has finished
     assert len(read_attributions(tmp_path)) == len(DATED_GOALS)
+
+
+def test_parquet_output_has_no_version_and_publishes_no_frontier(tmp_path):
+    write_sink_output(tmp_path / "out", batches(2))
+    output = read_committed_output(tmp_path / "out")
+    assert (output.format, output.version, output.frontier) == ("parquet", None, None)
+    assert output.final_through_ms is None and len(output.rows) == 4
+    with pytest.raises(NotAttributionOutput, match="only Delta output publishes"):
+        read_frontier(tmp_path / "out")
+    with pytest.raises(NotAttributionOutput, match="has no versions to choose from"):
+        read_attributions(tmp_path / "out", version=0)
+
+
+def test_a_delta_table_reads_by_version_with_its_frontier(tmp_path):
+    from deltalake import CommitProperties, write_deltalake
+
+    from attribution.finality import frontier_metadata
+
+    table = tmp_path / "delta"
+    for n, records in enumerate(batches(3)):
+        arrow = output_table(records)
+        metadata = None if n == 2 else CommitProperties(custom_metadata={
+            "userMetadata": frontier_metadata(n, (n + 1) * HOUR, HOUR)})
+        write_deltalake(str(table), arrow, mode="append", commit_properties=metadata)
+    assert is_delta_table(table)
+    with pytest.raises(NotAttributionOutput, match="is a Delta table"):
+        committed_files(table)
+    # Version 2 carries no frontier: version 1's is in force.
+    latest = read_committed_output(table)
+    assert latest.version == 2 and len(latest.rows) == 6
+    assert latest.frontier == Frontier(version=1, batch_id=1, watermark_ms=2 * HOUR,
+                                       allowed_lateness_ms=HOUR, final_through_ms=HOUR)
+    first = read_committed_output(table, version=0)
+    assert sorted(first.rows["goal_event_id"]) == ["g0a", "g0b"]
+    assert first.frontier.batch_id == 0 and first.final_through_ms == 0
+    assert read_frontier(table, 1).watermark_ms == 2 * HOUR
+    # The same shape as Parquet output: columns, defaults, goal_date last.
+    assert list(latest.rows.columns) == [*OUTPUT_FIELDS, PARTITION_COLUMN]
+    assert sorted(r.goal_event_id for r in read_attribution_rows(table)) == sorted(
+        r["goal_event_id"] for batch in batches(3) for r in batch)
