@@ -67,6 +67,7 @@ from attribution.spark.pipeline import (
 )
 from attribution.spark.sinks import SINKS, Sink
 from attribution.spark.sinks.kafka import TopicRefused
+from attribution.spark.storage import available
 from attribution.spark.validation import (
     VALIDATION_METRICS,
     classify,
@@ -316,11 +317,15 @@ def pin_checkpoint(settings: AttributionSettings,
     callers that skip ``main``. A new checkpoint with ``--state-buckets auto`` needs the
     query's shuffle partitions (``--shuffle-partitions``, or ``shuffle_partitions`` once Spark
     runs); without them nothing is pinned yet (there is nothing to check either), and the
-    settings are returned as they are.
+    settings are returned as they are. So they are for a checkpoint URI before Spark starts
+    (``storage.available``): its Hadoop file system is read once the session runs, when ``run``
+    pins it.
 
     :param settings: the run's settings.
     :param shuffle_partitions: the query's shuffle partitions, once Spark knows them.
     """
+    if not available(settings.checkpoint):
+        return settings
     shuffle_partitions = shuffle_partitions or settings.shuffle_partitions
     if shuffle_partitions is None and needs_shuffle_partitions(
             settings.checkpoint, settings.backend, settings.state_buckets_asked):
@@ -448,6 +453,10 @@ def run_stream(spark, settings: AttributionSettings,
                               config=settings.config, backend=settings.backend,
                               tws_state=settings.tws_state, state_buckets=settings.state_buckets,
                               bucket_keys=settings.bucket_keys)
+    # Checked before Spark started only where no URI was involved (``storage.available``).
+    if settings.output_topic is None:
+        check_sink_directory(settings.output, "--output", settings.checkpoint)
+    check_sink_directory(settings.dead_letter, "--dead-letter", settings.dead_letter_checkpoint)
     flat = kept_flat(settings)
     query = settings.output_sink(settings.output in flat).start_stream(
         rows, settings.checkpoint, settings.trigger, "attribution")
@@ -479,8 +488,8 @@ def run_stream(spark, settings: AttributionSettings,
 
 class LateRecords:
     """The late-record output, kept up to date with the committed micro-batches
-    (``attribution.spark.late_records``); its counts for the report. Remote checkpoints are
-    not audited.
+    (``attribution.spark.late_records``); its counts for the report. The checkpoint and the
+    output are read and written through ``attribution.spark.storage``, wherever they are.
 
     :param spark: the session.
     :param settings: the run's settings.
@@ -495,8 +504,6 @@ class LateRecords:
         recent progress updates, whose counts of dropped rows spare most micro-batches a
         second read of their input."""
         settings = self.settings
-        if "://" in settings.checkpoint:
-            return
         written, accepted = audit_late_records(
             self.spark, settings.checkpoint, settings.late_records, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew,
