@@ -548,6 +548,7 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
          .partitionBy(*dead_columns).parquet(settings.dead_letter))
         extra = {"dead letter": settings.dead_letter}
     else:  # only the dates whose rows the corrected input changes are rewritten
+        backfill.check_target(settings.output, window)  # before Spark only for a local path
         outcome = backfill.run(spark, events, settings.output, window, settings.config, emitted,
                                output_metrics(models))
         extra = outcome.report(settings.config.dedup_window_ms)
@@ -582,7 +583,8 @@ class AttributionJob(StreamingJob):
     epilog = EXAMPLES
     groups = {ATTRIBUTION: "attribution", LATE_DATA: "late data (allowed lateness, early "
               "results)", BACKFILL: "backfill (batch mode)"}
-    failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT}
+    failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT,
+                backfill.BackfillRefused: ExitCode.OUTPUT}
 
     def waits_for_input(self, settings: AttributionSettings) -> bool:
         return settings.mode == "stream" and settings.streaming
@@ -603,10 +605,8 @@ class AttributionJob(StreamingJob):
         if settings.window is None:
             check_writable_dir(settings.dead_letter, "--dead-letter", ExitCode.OUTPUT)
             return
-        try:
+        if available(settings.output):  # else checked once Spark runs (``run_batch``)
             backfill.check_target(settings.output, settings.window)
-        except backfill.BackfillRefused as err:
-            raise Failure(ExitCode.OUTPUT, str(err)) from None
 
     def check_topic_outputs(self, settings: AttributionSettings) -> None:
         """With ``--output-topic`` (stream mode only): the sink's own check (the topic itself is

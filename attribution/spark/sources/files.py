@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from abc import abstractmethod
 from pathlib import Path
 from typing import Optional
@@ -24,6 +23,7 @@ from pyspark.sql import functions as F
 from ...schema import EVENT_FIELDS, EVENT_SCHEMA
 from .. import avro_source
 from ..formats import event_format, format_mismatch
+from ..storage import available, location
 from ..types import spark_struct
 from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
 from .offset_log import batch_files, log_lines, source_range
@@ -81,9 +81,9 @@ class FileSource(EventSource):
     # -- EventSource ------------------------------------------------------------------------
 
     def check(self) -> Optional[str]:
-        if self.directory is None or "://" in self.directory:
-            return None
-        if not os.path.isdir(self.directory):
+        if self.directory is None or not available(self.directory):
+            return None  # a URI before Spark starts: Spark's own read reports a missing one
+        if not location(self.directory).is_dir():
             return f"--events {self.directory} is not a directory"
         return format_mismatch(self.directory, self.format.name)
 
@@ -156,15 +156,15 @@ class ParquetFiles(FileSource):
 
     def earliest_ts_ms(self, part: list[str]) -> Optional[float]:
         """From the ``ts`` column alone (nulls, which validation rejects, ignored). ``None``
-        when a file is remote, its ``ts`` is not a timestamp, or pyarrow cannot read it."""
+        when its ``ts`` is not a timestamp, or pyarrow cannot read it. Files on any Hadoop file
+        system are read through ``storage`` (the footer and the ``ts`` column only)."""
         import pyarrow.compute as pc
 
         earliest = float("inf")
         for f in part:
-            if "://" in f:
-                return None
             try:
-                ts = pq.read_table(f, columns=["ts"]).column("ts")
+                with location(f).open() as stream:
+                    ts = pq.read_table(stream, columns=["ts"]).column("ts")
             except (OSError, KeyError, pa.ArrowException):
                 return None
             if not pa.types.is_timestamp(ts.type):
