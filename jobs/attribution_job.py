@@ -87,8 +87,8 @@ from jobs.settings import OUTPUT, JobSettings
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
 
-Reads spec events (visit / impression / heartbeat records; see the README's event schema) from
---events, keeps per-user state in the chosen backend, and attributes each goal once the
+Reads spec events (visit / impression / heartbeat records; their fields: docs/semantics.md,
+section 1) from --events, keeps per-user state in the chosen backend, and attributes each goal once the
 event-time watermark (max event time seen - --watermark-delay) has passed it: per attribution
 model (--models), a row per ad impression the model credits among those that led there
 (following referer paths), with its share of the goal, or one organic row. Heartbeat records
@@ -110,8 +110,9 @@ examples:
   # the same rules over the whole input at once (watermark at +infinity)
   python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch
 
-  # then re-attribute March 2024 only: its goal_date partitions are replaced, the others kept
-  python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch \
+  # then backfill a correction of March 2024's input: the output becomes the full run's, and
+  # only the goal_date partitions whose rows change are replaced, the others keep their files
+  python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch \\
       --goals-from 2024-03-01 --goals-to 2024-03-31
 
   # every attribution model at once, time decay halving a click's weight per day
@@ -172,7 +173,7 @@ class AttributionSettings(JobSettings):
         f"default): {BUCKETS_PER_SHUFFLE_PARTITION} per shuffle partition for a new checkpoint "
         f"(at most {MAX_ALIGNED_BUCKETS}), so the stateful stage uses every core of the "
         "cluster; a checkpoint keeps the count its first run chose "
-        f"({DEFAULT_STATE_BUCKETS} for a remote checkpoint, which cannot record it)",
+        f"({DEFAULT_STATE_BUCKETS} for one started by a version that did not record it)",
         ATTRIBUTION, type=_state_buckets, metavar="N|auto")
     tws_state: str = option(DEFAULT_TWS_STATE, "transformWithState only: 'compact' keeps one "
                             "value per user (the core's blob and its timer); 'declared' keeps "
