@@ -88,11 +88,12 @@ DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
 
 Reads spec events (visit / impression / heartbeat records; their fields: docs/semantics.md,
-section 1) from --events, keeps per-user state in the chosen backend, and attributes each goal once the
-event-time watermark (max event time seen - --watermark-delay) has passed it: per attribution
-model (--models), a row per ad impression the model credits among those that led there
-(following referer paths), with its share of the goal, or one organic row. Heartbeat records
-only advance the watermark. Events behind the watermark are late: counted, never used.
+section 1) from --events, keeps per-user state in the chosen backend, and attributes each goal
+once the event-time watermark (max event time seen - --watermark-delay) has passed it: per
+attribution model (--models), a row per ad impression the model credits among those that led
+there (following referer paths), with its share of the goal, or one organic row. Heartbeat
+records only advance the watermark. Events behind the watermark less --allowed-lateness are
+late: counted, written to --late-records, never used.
 Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
 over 8192 chars, a value that is not a finite number, timestamps beyond --max-future-skew) never
 reach the watermark: they are counted and written with their reason to --dead-letter.
