@@ -68,9 +68,11 @@ def test_checkpoints_that_cannot_record_the_count_get_the_old_constant(tmp_path)
                             shuffle_partitions=8).state_buckets == DEFAULT_STATE_BUCKETS
 
 
-def test_a_checkpoint_uri_is_pinned_once_spark_runs_not_skipped(tmp_path):
+def test_a_checkpoint_uri_is_pinned_once_spark_runs_not_skipped(tmp_path, monkeypatch):
     """Before Spark starts a URI cannot be read: the check before Spark leaves the settings as
-    they are, and the run pins them once the session (and its Hadoop file systems) exists."""
+    they are, and the run pins them once the session (and its Hadoop file systems) exists
+    (tests/spark/test_revisions.py: a refusal on a file:// checkpoint)."""
+    monkeypatch.setattr("attribution.spark.storage._context", lambda: None)  # before Spark
     events = tmp_path / "events"
     events.mkdir()
     args = parse_args(["--events", str(events), "--checkpoint", "hdfs://nn/cp",
