@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 from abc import abstractmethod
-from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
@@ -23,7 +22,7 @@ from pyspark.sql import functions as F
 from ...schema import EVENT_FIELDS, EVENT_SCHEMA
 from .. import avro_source
 from ..formats import event_format, format_mismatch
-from ..storage import available, location
+from ..storage import Location, available, location
 from ..types import spark_struct
 from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
 from .offset_log import batch_files, log_lines, source_range
@@ -37,7 +36,7 @@ def _local(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
-def _file_source_entries(checkpoint: Path, log_offset: int) -> list[str]:
+def _file_source_entries(checkpoint: Location, log_offset: int) -> list[str]:
     """The files of Spark's file source log entry ``log_offset``, also inside a compact file."""
     log = batch_files(checkpoint / "sources" / "0")
     candidates = [b for b in log if b >= log_offset and (b == log_offset
@@ -101,7 +100,7 @@ class FileSource(EventSource):
     def read_batch(self, spark) -> DataFrame:
         return self._raw(self._reader(spark, spark.read).load(self._location()))
 
-    def committed_input(self, checkpoint: Path, batch_id: int) -> Optional[list[str]]:
+    def committed_input(self, checkpoint: Location, batch_id: int) -> Optional[list[str]]:
         """The local paths (or remote URIs) of the files micro-batch ``batch_id`` read."""
         start, end = source_range(checkpoint, batch_id)
         if end is None or end == start:
