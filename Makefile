@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 # mvn into build/jars/ (git-ignored); a Spark session finds them there by itself.
 JARS   := build/jars/.fetched
 
-.PHONY: run run-kafka report test test-fast lint check-java venv jars clean bench bench-sustainable
+.PHONY: run run-kafka report docs-examples test test-fast lint check-java venv jars clean bench \
+        bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -39,6 +40,11 @@ report: $(STAMP)
 # The same example through Kafka topics, on a local broker the example starts and stops.
 run-kafka: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.example_kafka
+
+# The example outputs the docs quote, redrawn from a run of `make run`'s example on the current
+# code (jobs/docs_examples.py; tests/unit/test_docs_examples.py holds the docs to its figures).
+docs-examples: check-java $(STAMP) $(JARS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.docs_examples
 
 # Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests on
 # TEST_WORKERS pytest-xdist workers. Most of a Spark test's time is waiting (JVM start, micro-batch

@@ -67,6 +67,7 @@ from attribution.spark.pipeline import (
 )
 from attribution.spark.sinks import SINKS, Sink
 from attribution.spark.sinks.kafka import TopicRefused
+from attribution.spark.storage import available
 from attribution.spark.validation import (
     VALIDATION_METRICS,
     classify,
@@ -86,12 +87,13 @@ from jobs.settings import OUTPUT, JobSettings
 DESCRIPTION = """\
 Conversion attribution (Streaming Systems ch. 7) on Spark Structured Streaming.
 
-Reads spec events (visit / impression / heartbeat records; see the README's event schema) from
---events, keeps per-user state in the chosen backend, and attributes each goal once the
-event-time watermark (max event time seen - --watermark-delay) has passed it: per attribution
-model (--models), a row per ad impression the model credits among those that led there
-(following referer paths), with its share of the goal, or one organic row. Heartbeat records
-only advance the watermark. Events behind the watermark are late: counted, never used.
+Reads spec events (visit / impression / heartbeat records; their fields: docs/semantics.md,
+section 1) from --events, keeps per-user state in the chosen backend, and attributes each goal
+once the event-time watermark (max event time seen - --watermark-delay) has passed it: per
+attribution model (--models), a row per ad impression the model credits among those that led
+there (following referer paths), with its share of the goal, or one organic row. Heartbeat
+records only advance the watermark. Events behind the watermark less --allowed-lateness are
+late: counted, written to --late-records, never used.
 Invalid records (malformed JSON, missing or wrongly typed fields, unknown event types, strings
 over 8192 chars, a value that is not a finite number, timestamps beyond --max-future-skew) never
 reach the watermark: they are counted and written with their reason to --dead-letter.
@@ -109,8 +111,9 @@ examples:
   # the same rules over the whole input at once (watermark at +infinity)
   python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch
 
-  # then re-attribute March 2024 only: its goal_date partitions are replaced, the others kept
-  python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch \
+  # then backfill a correction of March 2024's input: the output becomes the full run's, and
+  # only the goal_date partitions whose rows change are replaced, the others keep their files
+  python jobs/attribution_job.py --events DIR --mode batch --output out/attr-batch \\
       --goals-from 2024-03-01 --goals-to 2024-03-31
 
   # every attribution model at once, time decay halving a click's weight per day
@@ -171,7 +174,7 @@ class AttributionSettings(JobSettings):
         f"default): {BUCKETS_PER_SHUFFLE_PARTITION} per shuffle partition for a new checkpoint "
         f"(at most {MAX_ALIGNED_BUCKETS}), so the stateful stage uses every core of the "
         "cluster; a checkpoint keeps the count its first run chose "
-        f"({DEFAULT_STATE_BUCKETS} for a remote checkpoint, which cannot record it)",
+        f"({DEFAULT_STATE_BUCKETS} for one started by a version that did not record it)",
         ATTRIBUTION, type=_state_buckets, metavar="N|auto")
     tws_state: str = option(DEFAULT_TWS_STATE, "transformWithState only: 'compact' keeps one "
                             "value per user (the core's blob and its timer); 'declared' keeps "
@@ -316,11 +319,15 @@ def pin_checkpoint(settings: AttributionSettings,
     callers that skip ``main``. A new checkpoint with ``--state-buckets auto`` needs the
     query's shuffle partitions (``--shuffle-partitions``, or ``shuffle_partitions`` once Spark
     runs); without them nothing is pinned yet (there is nothing to check either), and the
-    settings are returned as they are.
+    settings are returned as they are. So they are for a checkpoint URI before Spark starts
+    (``storage.available``): its Hadoop file system is read once the session runs, when ``run``
+    pins it.
 
     :param settings: the run's settings.
     :param shuffle_partitions: the query's shuffle partitions, once Spark knows them.
     """
+    if not available(settings.checkpoint):
+        return settings
     shuffle_partitions = shuffle_partitions or settings.shuffle_partitions
     if shuffle_partitions is None and needs_shuffle_partitions(
             settings.checkpoint, settings.backend, settings.state_buckets_asked):
@@ -448,6 +455,10 @@ def run_stream(spark, settings: AttributionSettings,
                               config=settings.config, backend=settings.backend,
                               tws_state=settings.tws_state, state_buckets=settings.state_buckets,
                               bucket_keys=settings.bucket_keys)
+    # Checked before Spark started only where no URI was involved (``storage.available``).
+    if settings.output_topic is None:
+        check_sink_directory(settings.output, "--output", settings.checkpoint)
+    check_sink_directory(settings.dead_letter, "--dead-letter", settings.dead_letter_checkpoint)
     flat = kept_flat(settings)
     query = settings.output_sink(settings.output in flat).start_stream(
         rows, settings.checkpoint, settings.trigger, "attribution")
@@ -479,8 +490,8 @@ def run_stream(spark, settings: AttributionSettings,
 
 class LateRecords:
     """The late-record output, kept up to date with the committed micro-batches
-    (``attribution.spark.late_records``); its counts for the report. Remote checkpoints are
-    not audited.
+    (``attribution.spark.late_records``); its counts for the report. The checkpoint and the
+    output are read and written through ``attribution.spark.storage``, wherever they are.
 
     :param spark: the session.
     :param settings: the run's settings.
@@ -495,8 +506,6 @@ class LateRecords:
         recent progress updates, whose counts of dropped rows spare most micro-batches a
         second read of their input."""
         settings = self.settings
-        if "://" in settings.checkpoint:
-            return
         written, accepted = audit_late_records(
             self.spark, settings.checkpoint, settings.late_records, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew,
@@ -541,6 +550,7 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
          .partitionBy(*dead_columns).parquet(settings.dead_letter))
         extra = {"dead letter": settings.dead_letter}
     else:  # only the dates whose rows the corrected input changes are rewritten
+        backfill.check_target(settings.output, window)  # before Spark only for a local path
         outcome = backfill.run(spark, events, settings.output, window, settings.config, emitted,
                                output_metrics(models))
         extra = outcome.report(settings.config.dedup_window_ms)
@@ -575,7 +585,8 @@ class AttributionJob(StreamingJob):
     epilog = EXAMPLES
     groups = {ATTRIBUTION: "attribution", LATE_DATA: "late data (allowed lateness, early "
               "results)", BACKFILL: "backfill (batch mode)"}
-    failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT}
+    failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT,
+                backfill.BackfillRefused: ExitCode.OUTPUT}
 
     def waits_for_input(self, settings: AttributionSettings) -> bool:
         return settings.mode == "stream" and settings.streaming
@@ -596,10 +607,8 @@ class AttributionJob(StreamingJob):
         if settings.window is None:
             check_writable_dir(settings.dead_letter, "--dead-letter", ExitCode.OUTPUT)
             return
-        try:
+        if available(settings.output):  # else checked once Spark runs (``run_batch``)
             backfill.check_target(settings.output, settings.window)
-        except backfill.BackfillRefused as err:
-            raise Failure(ExitCode.OUTPUT, str(err)) from None
 
     def check_topic_outputs(self, settings: AttributionSettings) -> None:
         """With ``--output-topic`` (stream mode only): the sink's own check (the topic itself is

@@ -78,7 +78,10 @@ def main(argv=None) -> int:
     :param argv: the arguments (default: the command line).
     :returns: the job's exit code, or 1 when its output differs from the oracle's.
     """
-    args = example_parser(__doc__, "out/example").parse_args(argv)
+    parser = example_parser(__doc__, "out/example")
+    parser.add_argument("--progress-json", metavar="FILE", default=None,
+                        help="also write the job's progress as JSON lines to FILE")
+    args = parser.parse_args(argv)
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
@@ -88,6 +91,8 @@ def main(argv=None) -> int:
                 "--checkpoint", str(out / "checkpoint"), "--max-files-per-trigger", "1"]
     if args.backend:
         job_args += ["--backend", args.backend]
+    if args.progress_json:
+        job_args += ["--progress-json", args.progress_json]
     status = attribution_job.main(job_args)
 
     same = matches_oracle(read_attribution_rows(out / "attributions"),

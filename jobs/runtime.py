@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from attribution.spark.storage import available, location
 from commandline.exits import ExitCode, Failure
 from commandline.paths import check_readable_dir, check_writable_dir, is_remote
 from commandline.signals import StopRequests
@@ -459,12 +460,15 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
     :param option: the option that named it, quoted in the message.
     :param checkpoint: the checkpoint of the query that writes it.
     :raises Failure: ``ExitCode.OUTPUT``.
+
+    Before Spark starts, a URI cannot be listed (``storage.available``): the check is then
+    made again once the session runs.
     """
     check_writable_dir(path, option, ExitCode.OUTPUT)
-    if is_remote(path):
-        return
-    metadata = Path(path) / "_spark_metadata"
-    if metadata.is_dir() and any(metadata.iterdir()) and not checkpoint_started(checkpoint):
+    if not (available(path) and available(checkpoint)):
+        return  # a URI before Spark starts: the job checks again once it runs
+    metadata = location(path) / "_spark_metadata"
+    if metadata.iterdir() and not checkpoint_started(checkpoint):
         raise Failure(ExitCode.OUTPUT,
                       f"{option} {path} holds the output of another streaming query ({metadata}) "
                       f"and checkpoint {checkpoint} is new: Spark's file sink would skip this "
@@ -474,14 +478,12 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
 
 def checkpoint_started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
-    entry). Remote checkpoints count as started: they are not listed.
+    entry).
 
-    :param checkpoint: the query's checkpoint location (a path or URI).
+    :param checkpoint: the query's checkpoint location (a path, or a URI once Spark runs:
+        ``attribution.spark.storage``).
     """
-    if is_remote(checkpoint):
-        return True
-    offsets = Path(checkpoint) / "offsets"
-    return offsets.is_dir() and any(not p.name.startswith(".") for p in offsets.iterdir())
+    return any(not p.name.startswith(".") for p in (location(checkpoint) / "offsets").iterdir())
 
 
 def classified_stream(spark, settings, limited: bool = True):

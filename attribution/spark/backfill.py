@@ -65,7 +65,6 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Optional
 
 from pyspark.sql import Column, DataFrame
@@ -84,6 +83,7 @@ from ..schema import (
 from .layout import is_flat, utc_date
 from .output import BACKFILL_MARKER, SINK_LOG_DIR, SUCCESS_MARKER
 from .pipeline import attribution_batch
+from .storage import location
 from .types import spark_struct
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -245,8 +245,8 @@ def parse_goal_window(goals_from: Optional[str], goals_to: Optional[str],
 
 
 def check_target(output: str, window: GoalWindow) -> None:
-    """Refuse an ``--output`` a backfill of ``window`` must not write (local paths; a remote
-    one is not checked).
+    """Refuse an ``--output`` a backfill of ``window`` must not write (a path or any Hadoop URI,
+    through ``storage``; a URI is checked once Spark runs).
 
     A backfill may write a new or empty directory, a finished batch output with ``goal_date``
     partitions, or one whose backfill stopped early if ``window`` covers that backfill's.
@@ -257,8 +257,8 @@ def check_target(output: str, window: GoalWindow) -> None:
         partitions), an unfinished full batch write, or an unfinished backfill of goal dates
         outside ``window``.
     """
-    path = Path(output)
-    if "://" in output or not path.is_dir():
+    path = location(output)
+    if not path.is_dir():
         return
     if (path / SINK_LOG_DIR).is_dir():
         raise BackfillRefused(
@@ -290,42 +290,28 @@ def check_target(output: str, window: GoalWindow) -> None:
 
 
 class _FileSystem:
-    """The few Hadoop file system calls the markers and the partition listing need, for local
-    and remote outputs alike."""
+    """The output's markers and ``goal_date`` partitions, through ``storage`` (local and remote
+    outputs alike)."""
 
     def __init__(self, spark, output: str):
-        self.jvm = spark._jvm
-        self.root = self.jvm.org.apache.hadoop.fs.Path(output)
-        self.fs = self.root.getFileSystem(spark._jsc.hadoopConfiguration())
+        self.root = location(output)
 
-    def path(self, name: str):
-        return self.jvm.org.apache.hadoop.fs.Path(self.root, name)
+    def path(self, name: str) -> str:
+        return str(self.root / name)
 
     def write(self, name: str, text: str = "") -> None:
-        stream = self.fs.create(self.path(name), True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
+        (self.root / name).write_text(text)
 
     def read(self, name: str) -> Optional[str]:
         """The text of a file, ``None`` when there is none."""
-        if not self.fs.exists(self.path(name)):
-            return None
-        stream = self.fs.open(self.path(name))
-        try:
-            data = self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-        finally:
-            stream.close()
-        return bytes(data).decode("utf-8")
+        file = self.root / name
+        return file.read_text() if file.exists() else None
 
     def delete(self, name: str) -> None:
-        self.fs.delete(self.path(name), True)
+        (self.root / name).delete()
 
     def directories(self) -> list[str]:
-        if not self.fs.exists(self.root):
-            return []
-        return [s.getPath().getName() for s in self.fs.listStatus(self.root) if s.isDirectory()]
+        return [entry.name for entry in self.root.iterdir() if entry.is_dir()]
 
     def goal_dates(self) -> dict[dt.date, str]:
         """The ``goal_date`` directories, by date (other directories are not the job's)."""
@@ -346,12 +332,12 @@ def _date_of(ts: str):
 def _existing_rows(spark, fs: _FileSystem, window: GoalWindow) -> Optional[DataFrame]:
     """The output's rows of the goal dates from the window's first on (``None``: it has none),
     in the output schema; columns absent from older files take their defaults."""
-    paths = [fs.path(name).toString() for day, name in sorted(fs.goal_dates().items())
+    paths = [fs.path(name) for day, name in sorted(fs.goal_dates().items())
              if day >= window.first]
     if not paths:
         return None
     schema = spark_struct(OUTPUT_SCHEMA)
-    frame = spark.read.schema(schema).option("basePath", fs.root.toString()).parquet(*paths)
+    frame = spark.read.schema(schema).option("basePath", str(fs.root)).parquet(*paths)
     columns = []
     for field in schema.fields:
         column = F.col(field.name)

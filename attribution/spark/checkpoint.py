@@ -8,11 +8,16 @@ So are the attribution models: a model added to a running query would find none 
 consumption in the state, and credit impressions that it had already credited. So are the input
 directory and format: Spark's file source would fail on another directory with a long trace, or
 read files of another format as nothing at all.
+
+Every read and write goes through ``storage``, so a checkpoint on any Hadoop file system
+(``hdfs://``, ``s3a://``, ``file://``) is pinned and checked as a local one is. Before Spark
+starts, a URI cannot be read yet (``storage.available``): the job's check before Spark then
+defers to the same check once the session runs.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 from typing import NamedTuple, Optional
 
 import pandas as pd
@@ -28,6 +33,8 @@ from .pipeline import (
     state_buckets_for,
     users_counted_by_change,
 )
+from .sources.offset_log import batch_files, log_lines
+from .storage import is_uri, location
 
 
 class CheckpointMismatch(ValueError):
@@ -51,17 +58,13 @@ def shuffle_partitions_of(checkpoint: str) -> Optional[int]:
     """The shuffle partitions a query under a checkpoint runs with: Spark records them in each
     offset-log entry and keeps them on a restart, whatever the session's setting.
 
-    :param checkpoint: the query's checkpoint directory.
-    :returns: the count, or ``None`` before the first micro-batch and for remote checkpoints.
+    :param checkpoint: the query's checkpoint directory (a path or any Hadoop URI).
+    :returns: the count, or ``None`` before the first micro-batch.
     """
-    offsets = Path(checkpoint) / "offsets"
-    if "://" in checkpoint or not offsets.is_dir():
-        return None
-    entries = [p for p in offsets.iterdir() if p.name.isdigit()]
+    entries = batch_files(location(checkpoint) / "offsets")
     if not entries:
         return None
-    latest = max(entries, key=lambda p: int(p.name))
-    for line in latest.read_text().splitlines()[1:2]:  # line 2: the batch's metadata
+    for line in log_lines(entries[max(entries)])[:1]:  # the batch's metadata
         value = json.loads(line).get("conf", {}).get("spark.sql.shuffle.partitions")
         return int(value) if value is not None else None
     return None
@@ -70,35 +73,34 @@ def shuffle_partitions_of(checkpoint: str) -> Optional[int]:
 def needs_shuffle_partitions(checkpoint: str, backend: str,
                              state_buckets: Optional[int]) -> bool:
     """True when ``pin_state_layout`` needs the shuffle partitions: an automatic bucket count
-    (``state_buckets`` ``None``) for applyInPandasWithState on a local checkpoint that nothing
-    has been recorded in yet.
+    (``state_buckets`` ``None``) for applyInPandasWithState on a checkpoint that nothing has
+    been recorded in yet.
 
     :param checkpoint: the query's checkpoint directory.
     :param backend: one of ``pipeline.BACKENDS``.
     :param state_buckets: the bucket count asked for; ``None`` for ``--state-buckets auto``.
     """
+    root = location(checkpoint)
     return (state_buckets is None and backend == "applyInPandasWithState"
-            and "://" not in checkpoint and not (Path(checkpoint) / LAYOUT_FILE).exists()
-            and not (Path(checkpoint) / "offsets").is_dir())
+            and not (root / LAYOUT_FILE).exists() and not (root / "offsets").is_dir())
 
 
 def _chosen_buckets(checkpoint: str, shuffle_partitions: Optional[int]) -> int:
     """applyInPandasWithState's bucket count for ``--state-buckets auto``: the one the
-    checkpoint recorded; ``DEFAULT_STATE_BUCKETS`` for a checkpoint that cannot record it
-    (remote) or that a version before the record started; else ``state_buckets_for`` the
-    shuffle partitions."""
+    checkpoint recorded; ``DEFAULT_STATE_BUCKETS`` for a checkpoint that a version before the
+    record started; else ``state_buckets_for`` the shuffle partitions."""
     if needs_shuffle_partitions(checkpoint, "applyInPandasWithState", None):
         if shuffle_partitions is None:
             raise ValueError("a new checkpoint's automatic bucket count needs the shuffle "
                              "partitions")
         return state_buckets_for(shuffle_partitions)
-    path = Path(checkpoint) / LAYOUT_FILE
-    if "://" not in checkpoint and path.exists():
+    path = location(checkpoint) / LAYOUT_FILE
+    if path.exists():
         recorded = json.loads(path.read_text())
         if recorded.get("backend") == "applyInPandasWithState":
             return int(recorded.get("state_buckets", DEFAULT_STATE_BUCKETS))
-    # Remote, started by a version before the record, or another backend (refused by the
-    # caller in the layout's words).
+    # Started by a version before the record, or another backend (refused by the caller in the
+    # layout's words).
     return DEFAULT_STATE_BUCKETS
 
 
@@ -110,7 +112,8 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     """Record the state layout (and the input) in the checkpoint on its first run; refuse a
     different one later.
 
-    :param checkpoint: the query's checkpoint directory.
+    :param checkpoint: the query's checkpoint directory (a path or any Hadoop URI; a URI needs
+        the Spark session running, ``storage.available``).
     :param backend: one of ``pipeline.BACKENDS``.
     :param state_buckets: applyInPandasWithState's bucket count (0 = one key per user);
         ``None`` (``--state-buckets auto``): the checkpoint's, or for a new checkpoint
@@ -119,7 +122,8 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     :param config: the attribution rules; their models, and the half-life when ``time_decay``
         is one of them, are pinned (a layout written before models existed means
         ``last_touch`` alone).
-    :param events: the input directory (recorded as an absolute path; ``None``: not checked).
+    :param events: the input directory (a path recorded absolute, a URI as it is; ``None``: not
+        checked).
     :param input_format: the input format (``None``: not checked).
     :param kafka_topics: the Kafka topics read instead of ``events``, comma-separated (recorded
         sorted; ``None``: not checked). The brokers' address is not recorded: a cluster may move.
@@ -135,18 +139,15 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
     applyInPandasWithState's state column is pinned too (``STATE_COLUMN_FORMAT``), and so is
     how bucket numbers become keys, which is not an option but the checkpoint's.
     A layout file of a version that did not record the input is accepted with any input, which
-    is then recorded. (Remote checkpoints, e.g. ``hdfs://``, are not checked; they get
-    "aligned" keys.)
+    is then recorded.
     """
     bucket_keys = ALIGNED_BUCKET_KEYS
     if state_buckets is None:
         state_buckets = (_chosen_buckets(checkpoint, shuffle_partitions)
                          if backend == "applyInPandasWithState" else 0)
-    if "://" in checkpoint:
-        return PinnedState(state_buckets, bucket_keys)
     source = {}
     if events is not None:
-        source["events"] = events if "://" in events else str(Path(events).resolve())
+        source["events"] = events if is_uri(events) else os.path.realpath(events)
     if kafka_topics is not None:
         source["kafka_topics"] = ",".join(sorted(t.strip() for t in kafka_topics.split(",")
                                                  if t.strip()))
@@ -167,7 +168,7 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
         layout["allowed_lateness_ms"] = config.allowed_lateness_ms
     if config.early_results:
         layout["early_results"] = True
-    path = Path(checkpoint) / LAYOUT_FILE
+    path = location(checkpoint) / LAYOUT_FILE
     if path.exists():
         recorded = json.loads(path.read_text())
         _check_input(checkpoint, recorded, source)
@@ -199,7 +200,6 @@ def pin_state_layout(checkpoint: str, backend: str, state_buckets: Optional[int]
         if unrecorded:
             path.write_text(json.dumps({**recorded, **unrecorded}) + "\n")
         return PinnedState(state_buckets, bucket_keys)
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**layout, **source}) + "\n")
     return PinnedState(state_buckets, bucket_keys)
 
@@ -253,10 +253,9 @@ def _check_input(checkpoint: str, recorded: dict, source: dict) -> None:
 def committed(checkpoint: str) -> bool:
     """True when a query has committed a micro-batch under a checkpoint.
 
-    :param checkpoint: a local checkpoint directory.
+    :param checkpoint: the checkpoint directory (a path or any Hadoop URI).
     """
-    commits = Path(checkpoint) / "commits"
-    return commits.is_dir() and any(not p.name.startswith(".") for p in commits.iterdir())
+    return any(not p.name.startswith(".") for p in (location(checkpoint) / "commits").iterdir())
 
 
 def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: int,
@@ -271,9 +270,9 @@ def state_users_at_start(spark, checkpoint: str, backend: str, state_buckets: in
     :param tws_state: transformWithState's state layout.
     :returns: 0 for a checkpoint with nothing committed; the count read from the state with
         Spark's state data source otherwise (one Spark job, at start only); ``None`` for the
-        other layouts (Spark's own row count is the user count there) and remote checkpoints.
+        other layouts (Spark's own row count is the user count there).
     """
-    if not users_counted_by_change(backend, state_buckets, tws_state) or "://" in checkpoint:
+    if not users_counted_by_change(backend, state_buckets, tws_state):
         return None
     if not committed(checkpoint):
         return 0

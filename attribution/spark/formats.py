@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from .storage import available, location
+
 
 @dataclass(frozen=True)
 class EventFormat:
@@ -76,21 +78,25 @@ def format_mismatch(events_dir: str, fmt: str) -> Optional[str]:
     """Why ``events_dir`` cannot be ``fmt`` input, when it holds files of another format and
     none of ``fmt`` (a run would silently read nothing); ``None`` otherwise.
 
-    :param events_dir: a local input directory (remote ones are not listed: ``None``).
+    :param events_dir: the input directory, a path or any Hadoop URI (``storage``; a URI
+        before Spark starts is not listed: ``None``).
     :param fmt: the chosen input format, a key of ``EVENT_FORMATS``.
 
     Names starting with ``_`` or ``.`` are skipped, as Spark skips them. The listing stops at
     the first file of the chosen format, so a large directory of right files costs little.
     """
-    if "://" in events_dir:
+    if not available(events_dir):
         return None
     found = dict.fromkeys(EVENT_FORMATS, 0)
-    for _, dirs, files in os.walk(events_dir):
-        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        for name in files:
-            if name.startswith(("_", ".")):
+    pending = [location(events_dir)]
+    while pending:
+        for entry in pending.pop().iterdir():
+            if entry.name.startswith(("_", ".")):
                 continue
-            other = format_of(name)
+            if entry.is_dir():
+                pending.append(entry)
+                continue
+            other = format_of(entry.name)
             if other == fmt:
                 return None
             if other is not None:

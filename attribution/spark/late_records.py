@@ -29,7 +29,6 @@ their origin as their source names it (``source_file`` for files).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Optional, Union
 
 import pyarrow as pa
@@ -42,6 +41,7 @@ from .query_progress import micro_batch_ran
 from .sinks import ParquetSink
 from .sources import EventSource, as_source
 from .sources.offset_log import batch_offsets, committed_batches
+from .storage import Location, location
 from .types import arrow_schema
 
 __all__ = ["AUDITED_DIR", "LATE_SCHEMA", "audit", "committed_batches", "dropped_by_batch",
@@ -71,10 +71,10 @@ def late_schema(source: Union[EventSource, str]) -> pa.Schema:
 LATE_SCHEMA = late_schema("json")  # the schema of late records read from files
 
 
-def late_threshold_ms(checkpoint: Path, batch_id: int) -> int:
+def late_threshold_ms(checkpoint: Location, batch_id: int) -> int:
     """The watermark Spark judged micro-batch ``batch_id``'s input by: the previous one's.
 
-    :param checkpoint: the query's checkpoint directory.
+    :param checkpoint: the query's checkpoint directory (``storage.location``).
     :param batch_id: a micro-batch with an offset log entry.
     """
     if batch_id == 0:
@@ -118,8 +118,9 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
         same micro-batches were late but within the allowed lateness (so used).
 
     :param spark: the session.
-    :param checkpoint: the attribution query's checkpoint directory (local).
-    :param late_dir: the late-record output directory.
+    :param checkpoint: the attribution query's checkpoint directory (a path or any Hadoop URI,
+        read through ``storage``).
+    :param late_dir: the late-record output directory (likewise).
     :param source: the query's input source, or its format name for files (``sources``).
     :param max_future_skew_ms: validation's skew rule, as the query applies it.
     :param skew_text: the same, as the user wrote it.
@@ -134,12 +135,13 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
 
     source = as_source(source)
     origin = list(source.origin_columns)
-    root, out = Path(checkpoint), Path(late_dir)
+    root = location(checkpoint)
     sink = ParquetSink(late_dir, DETECTED_DATE)
-    done = out / AUDITED_DIR
+    done = location(late_dir) / AUDITED_DIR
+    audited = {entry.name for entry in done.iterdir()}  # one listing, not a call per batch
     written = accepted = 0
     for batch_id in committed_batches(root):
-        if (done / str(batch_id)).exists():
+        if str(batch_id) in audited:
             continue
         part = source.committed_input(root, batch_id)
         threshold = late_threshold_ms(root, batch_id)
@@ -169,11 +171,10 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
     return written, accepted
 
 
-def _mark_audited(done: Path, batch_id: int, not_audited: str = "") -> None:
+def _mark_audited(done: Location, batch_id: int, not_audited: str = "") -> None:
     """Mark micro-batch ``batch_id`` done; with ``not_audited``, the reason its records could
     not be read again (``unaudited_batches`` reports it)."""
-    done.mkdir(parents=True, exist_ok=True)
-    (done / str(batch_id)).write_text(not_audited, encoding="utf-8")
+    (done / str(batch_id)).write_text(not_audited)
 
 
 def unaudited_batches(late_dir: str) -> dict[int, str]:
@@ -182,18 +183,15 @@ def unaudited_batches(late_dir: str) -> dict[int, str]:
 
     :param late_dir: the late-record output directory.
     """
-    done = Path(late_dir) / AUDITED_DIR
-    if not done.is_dir():
-        return {}
     out = {}
-    for marker in done.iterdir():
-        if marker.name.isdigit() and marker.stat().st_size:
-            out[int(marker.name)] = marker.read_text(encoding="utf-8")
+    for marker in (location(late_dir) / AUDITED_DIR).iterdir():
+        if marker.name.isdigit() and marker.size():
+            out[int(marker.name)] = marker.read_text()
     return dict(sorted(out.items()))
 
 
 def _write_batch(sink: ParquetSink, source: EventSource, batch_id: int, rows: list,
-                 checkpoint: Path, threshold_ms: int, allowed_lateness_ms: int) -> None:
+                 checkpoint: Location, threshold_ms: int, allowed_lateness_ms: int) -> None:
     metadata, _ = batch_offsets(checkpoint, batch_id)
     detected = ms_to_datetime(metadata["batchTimestampMs"])
     on_time = threshold_ms + allowed_lateness_ms
@@ -215,9 +213,9 @@ def read_late_records(late_dir: str) -> pa.Table:
 
     :param late_dir: the late-record output directory.
     """
-    files = sorted(Path(late_dir).glob(f"{DETECTED_DATE[0]}=*/batch-*.parquet"))
+    files = location(late_dir).glob_files(f"{DETECTED_DATE[0]}=*/batch-*.parquet")
     if not files:
         return LATE_SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(f) for f in files)
+    return pa.concat_tables(pq.read_table(pa.BufferReader(f.read_bytes())) for f in files)
 
 

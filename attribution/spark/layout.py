@@ -15,13 +15,12 @@ mixes both, so partitioning a query that has already written flat files would br
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import MS_PER_DAY
 from ..schema import PARTITION_COLUMN, PARTITION_SOURCE
+from .storage import location
 
 GOAL_DATE = (PARTITION_COLUMN, PARTITION_SOURCE)  # (partition column, the time it is the date of)
 DETECTED_DATE = ("detected_date", "detected_at")
@@ -58,13 +57,11 @@ def by_date(frame: DataFrame, partition: tuple[str, str],
 
 def is_flat(path: str) -> bool:
     """True when an output directory holds Parquet part files at its top level: it was written
-    without partitions, by a version of the job before them. A new or empty directory, and a
-    remote one (not listed), is not flat.
+    without partitions, by a version of the job before them. A new or empty directory is not
+    flat.
 
-    :param path: the output directory, local or a URL.
+    :param path: the output directory, a path or any Hadoop URI (``storage``; a URI once Spark
+        runs).
     """
-    directory = Path(path)
-    if "://" in path or not directory.is_dir():
-        return False
-    return any(p.suffix == ".parquet" and p.is_file() and not p.name.startswith((".", "_"))
-               for p in directory.iterdir())
+    return any(p.suffix == ".parquet" and not p.name.startswith((".", "_")) and p.is_file()
+               for p in location(path).iterdir())

@@ -53,6 +53,7 @@ from ..schema import (
     PARTITION_FIELD,
     PARTITION_SOURCE,
 )
+from .storage import Location, is_uri, location
 from .types import arrow_schema, spark_struct
 
 if TYPE_CHECKING:
@@ -94,38 +95,56 @@ def _absent_columns_schema() -> dict:
                        for name, (avro_type, _) in _ADDED_COLUMNS.items()]}
 
 
-def committed_files(path: PathLike) -> list[Path]:
+def committed_files(path: PathLike) -> list:
     """The Parquet files of a job's output directory that the job committed, in commit order.
 
     ``path`` is a streaming output (its ``_spark_metadata`` log decides, as for Spark) or a batch
     output (its part files, in path order, once ``_SUCCESS`` exists; see the module docstring).
-    Raises ``NotAttributionOutput`` for a missing path or a directory with neither, naming an
+    A local path's files are ``Path`` objects; a URI's (any Hadoop file system, read through
+    ``storage`` once Spark runs) are ``storage.Location`` objects. Raises
+    ``NotAttributionOutput`` for a missing path or a directory with neither, naming an
     unfinished backfill when there is one.
     """
-    path = Path(path)
-    if not path.exists():
+    root = location(path)
+    if not root.exists():
         raise NotAttributionOutput(f"{path} does not exist")
-    if not path.is_dir():
+    if not root.is_dir():
         raise NotAttributionOutput(f"{path} is not a directory")
     if is_delta_table(path):
         raise NotAttributionOutput(f"{path} is a Delta table: its committed files are those of "
                                    "a table version; read it with read_attributions")
-    if (path / SINK_LOG_DIR).is_dir():
-        return sink_log_files(path / SINK_LOG_DIR)
-    if (path / SUCCESS_MARKER).is_file():
-        return sorted(p for p in path.rglob("*.parquet") if p.is_file() and not any(
-            part.startswith((".", "_")) for part in p.relative_to(path).parts))
-    if (path / BACKFILL_MARKER).is_file():
+    if (root / SINK_LOG_DIR).is_dir():
+        files = sink_log_files(root / SINK_LOG_DIR)
+    elif (root / SUCCESS_MARKER).is_file():
+        files = sorted(_part_files(root))
+    else:
+        marker = root / BACKFILL_MARKER
+        if marker.is_file():
+            raise NotAttributionOutput(
+                f"{path} is being backfilled, or a backfill of it stopped before it finished "
+                f"({BACKFILL_MARKER}: {marker.read_text().strip()}); its goal dates are being "
+                f"replaced and {SUCCESS_MARKER} is written again once they are")
         raise NotAttributionOutput(
-            f"{path} is being backfilled, or a backfill of it stopped before it finished "
-            f"({BACKFILL_MARKER}: {(path / BACKFILL_MARKER).read_text().strip()}); its goal dates "
-            f"are being replaced and {SUCCESS_MARKER} is written again once they are")
-    raise NotAttributionOutput(
-        f"{path} holds no committed Spark output: neither a streaming file sink's "
-        f"{SINK_LOG_DIR}/ log nor a batch write's {SUCCESS_MARKER} marker")
+            f"{path} holds no committed Spark output: neither a streaming file sink's "
+            f"{SINK_LOG_DIR}/ log nor a batch write's {SUCCESS_MARKER} marker")
+    return files if is_uri(str(path)) else [Path(str(f)) for f in files]
 
 
-def sink_log_files(log_dir: PathLike) -> list[Path]:
+def _part_files(directory: Location) -> list[Location]:
+    """A batch output's Parquet files, in its visible directories (hidden ones, ``_temporary``
+    and ``.spark-staging-*``, hold a write in progress)."""
+    found = []
+    for entry in directory.iterdir():
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_dir():
+            found.extend(_part_files(entry))
+        elif entry.suffix == ".parquet":
+            found.append(entry)
+    return found
+
+
+def sink_log_files(log_dir: PathLike) -> list[Location]:
     """The files a file sink's ``_spark_metadata`` log lists as committed and not deleted.
 
     The log has one file per micro-batch, named by batch id; every few batches (Spark's
@@ -134,9 +153,11 @@ def sink_log_files(log_dir: PathLike) -> list[Path]:
     ``v1`` line followed by one JSON object per line, ``{"path": <URI>, ..., "action": "add"}``
     (``"delete"`` in logs of older Spark versions removes an earlier entry). The files read are
     the latest compact file at or below the latest batch, then every batch file after it.
+
+    :param log_dir: the log directory, a path or any Hadoop URI (``storage``).
     """
-    log_dir = Path(log_dir)
-    batches: dict[int, Path] = {}
+    log_dir = location(log_dir)
+    batches: dict[int, Location] = {}
     for entry in log_dir.iterdir():
         match = _LOG_BATCH_FILE.match(entry.name)
         if match and entry.is_file():
@@ -149,10 +170,10 @@ def sink_log_files(log_dir: PathLike) -> list[Path]:
     if missing:
         raise NotAttributionOutput(f"{log_dir} is incomplete: no log file for batch {missing[0]} "
                                    f"(latest batch {latest})")
-    listed: dict[Path, None] = {}  # insertion-ordered set
+    listed: dict[Location, None] = {}  # insertion-ordered set
     for batch in range(start, latest + 1):
         for entry in _read_log_file(batches[batch]):
-            file = _local_path(entry["path"], batches[batch])
+            file = _listed_file(entry["path"], log_dir)
             if entry.get("action", "add") == "delete":
                 listed.pop(file, None)
             else:
@@ -160,29 +181,32 @@ def sink_log_files(log_dir: PathLike) -> list[Path]:
     return list(listed)
 
 
-def _read_log_file(log_file: Path) -> list[dict]:
-    lines = log_file.read_text(encoding="utf-8").split("\n")
+def _read_log_file(log_file: Location) -> list[dict]:
+    lines = log_file.read_text().split("\n")
     if lines[0] != SINK_LOG_VERSION:
         raise NotAttributionOutput(f"{log_file}: unsupported file sink log version {lines[0]!r}; "
                                    f"expected {SINK_LOG_VERSION!r}")
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
-def _local_path(uri: str, log_file: Path) -> Path:
+def _listed_file(uri: str, log_dir: Location) -> Location:
+    """A file the log lists (a URI) on the log's own file system: a local log's ``file:`` URIs
+    are local paths; a URI log's entries are read as the URIs they are."""
+    if is_uri(str(log_dir)):
+        return location(uri)
     parsed = urlparse(uri)
     if parsed.scheme not in ("", "file"):
-        raise NotAttributionOutput(f"{log_file} lists {uri}: only local (file:) output is read "
-                                   "without Spark; use read_attributions_spark for other file "
-                                   "systems")
-    return Path(unquote(parsed.path))
+        raise NotAttributionOutput(f"{log_dir} lists {uri}: a local output's log names a file "
+                                   "of another file system")
+    return location(unquote(parsed.path))
 
 
 def is_delta_table(path: PathLike) -> bool:
     """Whether ``path`` is a Delta table: a directory holding a ``_delta_log/`` transaction log.
 
-    :param path: a local path.
+    :param path: a local path or a URI of any Hadoop file system.
     """
-    return (Path(path) / DELTA_LOG_DIR).is_dir()
+    return (location(path) / DELTA_LOG_DIR).is_dir()
 
 
 @dataclass(frozen=True)
@@ -247,7 +271,7 @@ def _open_delta(path: PathLike, version: Optional[int] = None):
             f"{path} is not a readable Delta table{at} ({' '.join(str(err).split())})") from None
 
 
-def _commit_user_metadata(log_dir: Path, version: int) -> tuple[bool, Optional[str]]:
+def _commit_user_metadata(log_dir: Location, version: int) -> tuple[bool, Optional[str]]:
     """Whether the commit file of ``version`` is still in the log, and its commit information's
     ``userMetadata``. A commit file holds one JSON action per line; its ``commitInfo`` action
     says who wrote the commit and with what metadata."""
@@ -262,7 +286,7 @@ def _commit_user_metadata(log_dir: Path, version: int) -> tuple[bool, Optional[s
     return True, None
 
 
-def _delta_frontier(path: Path, version: int) -> Optional[Frontier]:
+def _delta_frontier(path: PathLike, version: int) -> Optional[Frontier]:
     """The frontier in force at ``version`` of the Delta table at ``path``: that of the newest
     commit up to ``version`` whose ``userMetadata`` carries one.
 
@@ -272,7 +296,7 @@ def _delta_frontier(path: Path, version: int) -> Optional[Frontier]:
     ``deltalake``'s history of a table loaded at an older version lists the newest commits.
     """
     for candidate in range(version, -1, -1):
-        present, metadata = _commit_user_metadata(path / DELTA_LOG_DIR, candidate)
+        present, metadata = _commit_user_metadata(location(path) / DELTA_LOG_DIR, candidate)
         if not present:
             return None
         parsed = parse_frontier(metadata)
@@ -287,7 +311,7 @@ def _delta_frontier(path: Path, version: int) -> Optional[Frontier]:
 def read_frontier(path: PathLike, version: Optional[int] = None) -> Optional[Frontier]:
     """The completeness frontier in force at ``version`` of the Delta output at ``path``.
 
-    :param path: a Delta changelog or current table (local path).
+    :param path: a Delta changelog or current table.
     :param version: the table version (None: the latest).
     :returns: the frontier of the newest commit at or before ``version`` that published one,
         or None when none did.
@@ -296,14 +320,14 @@ def read_frontier(path: PathLike, version: Optional[int] = None) -> Optional[Fro
     if not is_delta_table(path):
         raise NotAttributionOutput(f"{path} is not a Delta table (no {DELTA_LOG_DIR}/): only "
                                    "Delta output publishes a completeness frontier")
-    return _delta_frontier(Path(path), _open_delta(path, version).version())
+    return _delta_frontier(path, _open_delta(path, version).version())
 
 
-def _output_arrow(path: Path, version: Optional[int] = None) -> tuple[pa.Table, Optional[int],
+def _output_arrow(path: PathLike, version: Optional[int] = None) -> tuple[pa.Table, Optional[int],
                                                                        Optional[Frontier]]:
     """The committed rows under ``path`` as Arrow, as the files hold them, with the Delta table
     version and frontier they belong to (None, None for Parquet output)."""
-    if path.is_dir() and is_delta_table(path):
+    if is_delta_table(path):
         table = _open_delta(path, version)
         # The frontier of the snapshot whose rows are read, not of the table's latest version.
         read = table.version()
@@ -311,8 +335,8 @@ def _output_arrow(path: Path, version: Optional[int] = None) -> tuple[pa.Table, 
     if version is not None:
         raise NotAttributionOutput(f"{path} is not a Delta table: it has no versions to choose "
                                    "from")
-    files = [path] if path.is_file() else committed_files(path)
-    missing = [f for f in files if not f.is_file()]
+    files = [path] if location(path).is_file() else committed_files(path)
+    missing = [f for f in files if not location(f).is_file()]
     if missing:
         raise NotAttributionOutput(f"{path}: committed file {missing[0]} is missing")
     tables = [_read_parquet(f) for f in files]
@@ -335,10 +359,10 @@ def read_output_table(path: PathLike, version: Optional[int] = None) -> pa.Table
     :param path: an output directory, a Delta table or a Parquet file.
     :param version: for a Delta table, the version to read (None: the latest).
     """
-    return _conform(Path(path), _output_arrow(Path(path), version)[0])
+    return _conform(path, _output_arrow(path, version)[0])
 
 
-def _conform(path: Path, table: pa.Table) -> pa.Table:
+def _conform(path: PathLike, table: pa.Table) -> pa.Table:
     """``table`` in the readers' one shape: the output's columns with ``ABSENT_COLUMN_DEFAULTS``
     for those it lacks, and ``goal_date`` last."""
     absent = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
@@ -367,9 +391,10 @@ def _with_partition_column(table: pa.Table) -> pa.Table:
     return table.append_column(field, utc.cast(field.type))
 
 
-def _read_parquet(file: Path) -> pa.Table:
+def _read_parquet(file: PathLike) -> pa.Table:
     try:
-        return pq.read_table(file)
+        with location(file).open() as stream:
+            return pq.read_table(stream)
     except (pa.ArrowInvalid, OSError) as err:
         raise NotAttributionOutput(f"{file} is not a readable Parquet file ({err})") from None
 
@@ -407,7 +432,6 @@ def read_committed_output(path: PathLike, version: Optional[int] = None) -> Comm
     :param version: for a Delta table, the version to read (None: the latest).
     :raises NotAttributionOutput: ``path`` holds no committed attribution output.
     """
-    path = Path(path)
     table, read_version, frontier = _output_arrow(path, version)
     return CommittedOutput(rows=_to_pandas(_conform(path, table)),
                            format="parquet" if read_version is None else "delta",
@@ -421,17 +445,15 @@ def read_attributions_spark(spark, path: PathLike):
     partition column of partitioned output, so that a filter on it reads only the dates asked
     for; derived from ``goal_ts`` for output written flat.
 
-    ``spark``: the session; ``path``: the output directory (any Hadoop file system). A local
-    path is checked first, so that a missing or foreign directory raises
+    ``spark``: the session; ``path``: the output directory (any Hadoop file system). It is
+    checked first (``committed_files``), so that a missing or foreign directory raises
     ``NotAttributionOutput`` rather than a Spark analysis error.
     """
     from pyspark.sql import functions as F
 
     from .layout import utc_date
 
-    if "://" in str(path):
-        frame = spark.read.parquet(str(path))
-    elif is_delta_table(path):
+    if is_delta_table(path):
         frame = spark.read.format("delta").load(str(path))
     else:
         committed_files(path)

@@ -39,8 +39,7 @@ DEFAULT_BACKEND = "applyInPandasWithState"
 # shuffle partition (at most MAX_ALIGNED_BUCKETS), so the stateful stage has work for every task
 # on any cluster, and each bucket stays as large as on the measured 2-partition default (64);
 # fixed by the query's first run, like the shuffle partitions. DEFAULT_STATE_BUCKETS is what a
-# checkpoint that cannot record its choice (remote) or that predates the record has. 0 = one key
-# per user.
+# checkpoint that predates the record has. 0 = one key per user.
 BUCKETS_PER_SHUFFLE_PARTITION = 32
 DEFAULT_STATE_BUCKETS = 64
 # How a bucket number becomes its state key: "aligned" (``bucket_keys``) spreads the

@@ -24,10 +24,16 @@ LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
 BOOK_ROWS = {("g-signup", 123), ("g-receipt", 456)}
 
 
-def _run(spark, tmp_path, ch7_dir, *options):
+def _named(path, uri: bool) -> str:
+    """``path`` as the job is given it: a local path, or a ``file://`` URI (which the job reads
+    and writes through Hadoop's file system, as it would ``hdfs://``)."""
+    return f"file://{path}" if uri else str(path)
+
+
+def _run(spark, tmp_path, ch7_dir, *options, uri: bool = False):
     events = stage_in_arrival_order(sorted(ch7_dir.glob("part-*.json")), tmp_path / "in")
-    args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "cp"), "--quiet",
+    args = parse_args(["--events", str(events), "--output", _named(tmp_path / "out", uri),
+                       "--checkpoint", _named(tmp_path / "cp", uri), "--quiet",
                        "--watermark-delay", "1 minute", "--max-files-per-trigger", "1",
                        *options])
     report = run(spark, args)
@@ -42,10 +48,13 @@ def _run(spark, tmp_path, ch7_dir, *options):
     return report, changelog, net, late
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, layout):
+# Each layout on local paths; the default one also with file:// URIs for the checkpoint and the
+# outputs (the code path of hdfs:// and s3a://).
+@pytest.mark.parametrize("layout,uri", [*((layout, False) for layout in LAYOUTS),
+                                        ("buckets", True)])
+def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, layout, uri):
     report, changelog, net, late = _run(spark, tmp_path, ch7_dir, "--allowed-lateness",
-                                        "5 minutes", *LAYOUTS[layout])
+                                        "5 minutes", *LAYOUTS[layout], uri=uri)
     assert changelog == Counter([("g-signup", None, 1, 0, "ON_TIME"),
                                  ("g-signup", None, -1, 0, "ON_TIME"),
                                  ("g-signup", 123, 1, 1, "LATE"),
@@ -124,6 +133,55 @@ def test_without_allowed_lateness_the_late_records_are_dropped_and_written(spark
                                  ("g-receipt", None, 1, 0, "ON_TIME")])
     assert net == set()
     assert late == ["i-456", "i-789", "v-signup", "v-thing"] and report.late_rows == 4
+
+
+def _late_table(late_dir) -> list[tuple]:
+    """The late records, without what differs between two runs (the time they ran, the
+    directory of their input): in order, each record with its reason, watermark and batch."""
+    return sorted((r["raw_record"], r["reason"], r["watermark"], r["allowed_lateness_ms"],
+                   r["batch_id"], r["source_file"].rsplit("/", 1)[-1])
+                  for r in read_late_records(str(late_dir)).to_pylist())
+
+
+def test_file_uris_keep_the_late_records_and_the_checkpoint_refusals_of_local_paths(
+        spark, tmp_path, ch7_dir, capsys):
+    """With file:// URIs for the checkpoint, the output and the late records (Hadoop's file
+    system, as for hdfs://): the same late records as with local paths, the report's count is
+    Spark's dropped-row count, and a restart with another --allowed-lateness, --models or
+    bucket count exits 5, checked before the run when Spark runs already (in this process) and
+    once it has started when it does not (a new process)."""
+    from jobs import attribution_job
+
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    report, changelog, _, _ = _run(spark, local, ch7_dir)
+    uri_report, uri_changelog, _, _ = _run(spark, remote, ch7_dir, uri=True)
+    assert uri_changelog == changelog
+    assert _late_table(remote / "out-late") == _late_table(local / "out-late")
+    assert len(_late_table(remote / "out-late")) == 4
+    assert uri_report.late_rows == report.late_rows == 4  # Spark's dropped-row count
+    assert uri_report.extra["late records"] == f"4 in file://{remote}/out-late"
+
+    checkpoint = _named(remote / "cp", True)
+    layout = (remote / "cp" / LAYOUT_FILE).read_text()
+    common = ["--events", str(remote / "in"), "--output", _named(remote / "out", True),
+              "--checkpoint", checkpoint, "--watermark-delay", "1 minute",
+              "--max-files-per-trigger", "1", "--quiet", "--log-file", str(tmp_path / "log")]
+    for options, was, asked in [
+            (["--allowed-lateness", "5 minutes"], "--allowed-lateness '0 ms'",
+             "--allowed-lateness '5 min'"),
+            (["--state-buckets", "16"], "--state-buckets 64", "--state-buckets 16")]:
+        assert attribution_job.main([*common, *options]) == ExitCode.CHECKPOINT, options
+        line = error_line(capsys.readouterr().err)
+        assert line.startswith(f"error: checkpoint {checkpoint} was started with {was}; this "
+                               f"run asks for {asked}."), line
+    result = subprocess.run(
+        [sys.executable, ROOT / "jobs" / "attribution_job.py", *common, "--models", "all"],
+        cwd=tmp_path, capture_output=True, text=True, env=command_environment(), timeout=300)
+    line = error_line(result.stderr)
+    assert result.returncode == ExitCode.CHECKPOINT, result.stderr
+    assert line.startswith(f"error: checkpoint {checkpoint} was started with --models "
+                           "last_touch; this run asks for --models "), line
+    assert (remote / "cp" / LAYOUT_FILE).read_text() == layout
 
 
 # A checkpoint's first run, and restarts that change its revising options one at a time: each

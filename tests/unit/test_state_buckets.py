@@ -66,7 +66,19 @@ def test_checkpoints_that_cannot_record_the_count_get_the_old_constant(tmp_path)
     (tmp_path / "old" / "offsets").mkdir(parents=True)
     assert pin_state_layout(str(tmp_path / "old"), APIWS, None, "compact",
                             shuffle_partitions=8).state_buckets == DEFAULT_STATE_BUCKETS
-    assert pin_state_layout("hdfs://nn/cp", APIWS, None, "compact").state_buckets == 64
+
+
+def test_a_checkpoint_uri_is_pinned_once_spark_runs_not_skipped(tmp_path, monkeypatch):
+    """Before Spark starts a URI cannot be read: the check before Spark leaves the settings as
+    they are, and the run pins them once the session (and its Hadoop file systems) exists
+    (tests/spark/test_revisions.py: a refusal on a file:// checkpoint)."""
+    monkeypatch.setattr("attribution.spark.storage._context", lambda: None)  # before Spark
+    events = tmp_path / "events"
+    events.mkdir()
+    args = parse_args(["--events", str(events), "--checkpoint", "hdfs://nn/cp",
+                       "--shuffle-partitions", "2"])
+    assert pin_checkpoint(args) == args
+    assert args.state_buckets is None and args.bucket_keys is None
 
 
 def test_the_job_pins_before_spark_only_when_it_knows_the_partitions(tmp_path):

@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..pipeline import apply_trigger
+from ..storage import location
 from .base import REPLACE_ALL, REPLACE_DATES, Sink
 
 # The columns that identify one record of the attribution changelog (semantics section 8): the
@@ -126,7 +127,7 @@ class KafkaSink(Sink):
         """
         spark = rows.sparkSession
         partitions, held = _TopicAdmin(spark, self).describe()
-        if held and not _started(spark, checkpoint):
+        if held and not _started(checkpoint):
             raise TopicRefused(
                 f"topic {self.topic} holds {held} records and checkpoint {checkpoint} is new: "
                 "this query's rows would repeat their keys, and readers keep the first record "
@@ -168,14 +169,11 @@ def _json(columns: Sequence[str]) -> Column:
     return F.to_json(F.struct(*columns), _JSON_OPTIONS)
 
 
-def _started(spark, checkpoint: str) -> bool:
+def _started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
-    entry); read through Hadoop's file system, so remote checkpoints count too."""
-    jvm = spark._jvm
-    offsets = jvm.org.apache.hadoop.fs.Path(checkpoint, "offsets")
-    fs = offsets.getFileSystem(spark._jsc.hadoopConfiguration())
-    return bool(fs.exists(offsets)) and any(
-        not status.getPath().getName().startswith(".") for status in fs.listStatus(offsets))
+    entry); read through ``storage``, so a checkpoint on any Hadoop file system counts too."""
+    return any(not entry.name.startswith(".")
+               for entry in (location(checkpoint) / "offsets").iterdir())
 
 
 class _TopicAdmin:

@@ -10,8 +10,6 @@ replaces the file whole.
 from __future__ import annotations
 
 import datetime as dt
-import os
-from pathlib import Path
 from typing import Optional
 
 import pyarrow as pa
@@ -19,16 +17,17 @@ import pyarrow.parquet as pq
 
 from ..layout import by_date
 from ..pipeline import apply_trigger
+from ..storage import Location, location
 from .base import REPLACE_ALL, REPLACE_DATES, Sink
 
 _OVERWRITE_MODES = {REPLACE_ALL: "static", REPLACE_DATES: "dynamic"}
 
 
-def micro_batch_file(root: Path, partition: tuple[str, str], batch_id: int,
-                     detected: dt.datetime) -> Path:
+def micro_batch_file(root: Location, partition: tuple[str, str], batch_id: int,
+                     detected: dt.datetime) -> Location:
     """Where ``ParquetSink.write_micro_batch`` puts micro-batch ``batch_id``'s records.
 
-    :param root: the sink's directory.
+    :param root: the sink's directory (``storage.location``).
     :param partition: the date level, e.g. ``layout.DETECTED_DATE``.
     :param batch_id: the micro-batch.
     :param detected: when it ran (its date names the directory).
@@ -39,8 +38,8 @@ def micro_batch_file(root: Path, partition: tuple[str, str], batch_id: int,
 class ParquetSink(Sink):
     """Parquet files under ``path``.
 
-    :param path: the output directory (any Hadoop file system for Spark writes; local for
-        ``write_micro_batch``).
+    :param path: the output directory (a path or any Hadoop URI; ``write_micro_batch`` writes
+        through ``storage``).
     :param partition: the date level of the layout, ``layout.GOAL_DATE`` or
         ``layout.DETECTED_DATE``; ``None`` writes flat (output an earlier version wrote flat
         keeps that layout, ``layout.is_flat``).
@@ -99,8 +98,7 @@ class ParquetSink(Sink):
         """
         if self.partition is None:
             raise ValueError("driver-side records are written by date: give the sink a partition")
-        target = micro_batch_file(Path(self.path), self.partition, batch_id, detected)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
+        target = micro_batch_file(location(self.path), self.partition, batch_id, detected)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        target.write_bytes(buffer.getvalue().to_pybytes())  # a temporary file renamed over it

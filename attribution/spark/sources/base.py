@@ -8,10 +8,10 @@ they need from a source is in the class below, and nothing else.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..formats import EventFormat
+from ..storage import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -93,13 +93,13 @@ class EventSource(ABC):
         """
 
     @abstractmethod
-    def committed_input(self, checkpoint: Path, batch_id: int) -> Optional[Any]:
+    def committed_input(self, checkpoint: Location, batch_id: int) -> Optional[Any]:
         """What micro-batch ``batch_id`` of the query checkpointed at ``checkpoint`` read, as a
         value ``read_committed`` and ``earliest_ts_ms`` take (its files, its offset ranges);
         ``None`` when it read nothing (a micro-batch that only fired timers).
 
-        :param checkpoint: the query's local checkpoint directory; the source is its first
-            (only) source, ``sources/0``.
+        :param checkpoint: the query's checkpoint directory (``storage.location``: a path or
+            any Hadoop URI); the source is its first (only) source, ``sources/0``.
         :param batch_id: a micro-batch the query committed.
         """
 

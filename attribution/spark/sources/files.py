@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from abc import abstractmethod
-from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
@@ -24,6 +22,7 @@ from pyspark.sql import functions as F
 from ...schema import EVENT_FIELDS, EVENT_SCHEMA
 from .. import avro_source
 from ..formats import event_format, format_mismatch
+from ..storage import Location, available, location
 from ..types import spark_struct
 from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
 from .offset_log import batch_files, log_lines, source_range
@@ -37,7 +36,7 @@ def _local(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
-def _file_source_entries(checkpoint: Path, log_offset: int) -> list[str]:
+def _file_source_entries(checkpoint: Location, log_offset: int) -> list[str]:
     """The files of Spark's file source log entry ``log_offset``, also inside a compact file."""
     log = batch_files(checkpoint / "sources" / "0")
     candidates = [b for b in log if b >= log_offset and (b == log_offset
@@ -81,9 +80,9 @@ class FileSource(EventSource):
     # -- EventSource ------------------------------------------------------------------------
 
     def check(self) -> Optional[str]:
-        if self.directory is None or "://" in self.directory:
-            return None
-        if not os.path.isdir(self.directory):
+        if self.directory is None or not available(self.directory):
+            return None  # a URI before Spark starts: Spark's own read reports a missing one
+        if not location(self.directory).is_dir():
             return f"--events {self.directory} is not a directory"
         return format_mismatch(self.directory, self.format.name)
 
@@ -101,7 +100,7 @@ class FileSource(EventSource):
     def read_batch(self, spark) -> DataFrame:
         return self._raw(self._reader(spark, spark.read).load(self._location()))
 
-    def committed_input(self, checkpoint: Path, batch_id: int) -> Optional[list[str]]:
+    def committed_input(self, checkpoint: Location, batch_id: int) -> Optional[list[str]]:
         """The local paths (or remote URIs) of the files micro-batch ``batch_id`` read."""
         start, end = source_range(checkpoint, batch_id)
         if end is None or end == start:
@@ -156,16 +155,17 @@ class ParquetFiles(FileSource):
 
     def earliest_ts_ms(self, part: list[str]) -> Optional[float]:
         """From the ``ts`` column alone (nulls, which validation rejects, ignored). ``None``
-        when a file is remote, its ``ts`` is not a timestamp, or pyarrow cannot read it."""
+        when its ``ts`` is not a timestamp, or pyarrow cannot read it. Files on any Hadoop file
+        system are read through ``storage`` (the footer and the ``ts`` column only)."""
         import pyarrow.compute as pc
 
         earliest = float("inf")
         for f in part:
-            if "://" in f:
-                return None
             try:
-                ts = pq.read_table(f, columns=["ts"]).column("ts")
-            except (OSError, KeyError, pa.ArrowException):
+                with location(f).open() as stream:
+                    ts = pq.read_table(stream, columns=["ts"]).column("ts")
+            except Exception:  # noqa: BLE001 - any file not read here is read again by Spark
+                # (pyarrow's errors, a URI before Spark runs, a file system the JVM lacks)
                 return None
             if not pa.types.is_timestamp(ts.type):
                 return None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import fastavro
@@ -33,6 +32,7 @@ from pyspark.sql import types as T
 
 from ...schema import EVENT_FIELDS, EVENT_SCHEMA
 from ..formats import event_format
+from ..storage import Location
 from ..types import arrow_schema, spark_struct
 from .base import ARRIVAL_COLUMN, RAW_RECORD_COLUMN, READ_ERROR_COLUMN, EventSource
 from .offset_log import batch_files, log_lines, source_range
@@ -111,7 +111,7 @@ def _avro_values(frame: DataFrame) -> DataFrame:
 VALUE_DECODERS = {"json": _json_values, "avro": _avro_values}
 
 
-def _initial_offsets(checkpoint: Path) -> Optional[dict]:
+def _initial_offsets(checkpoint: Location) -> Optional[dict]:
     """The offsets the connector started the query at (its ``sources/0/0``), if written."""
     log = batch_files(checkpoint / "sources" / "0")
     if 0 not in log:
@@ -232,7 +232,7 @@ class KafkaSource(EventSource):
                          .option("startingOffsets", "earliest")
                          .option("endingOffsets", "latest").load())
 
-    def committed_input(self, checkpoint: Path, batch_id: int) -> Optional[list[OffsetRange]]:
+    def committed_input(self, checkpoint: Location, batch_id: int) -> Optional[list[OffsetRange]]:
         """The offset ranges micro-batch ``batch_id`` read, per partition."""
         start, end = source_range(checkpoint, batch_id)
         if end is None or end == start:

@@ -1,5 +1,6 @@
-"""Reading a streaming query's checkpoint without Spark: which micro-batches it committed, and the
-offsets of its source at each (what a source's ``committed_input`` starts from).
+"""Reading a streaming query's checkpoint beside Spark (through ``storage``): which
+micro-batches it committed, and the offsets of its source at each (what a source's
+``committed_input`` starts from).
 
 Spark writes ``offsets/<k>`` before running micro-batch ``k`` (a ``v1`` line, the batch's
 metadata as JSON, then one line per source: its end offset as JSON, or ``-`` for none) and
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Optional
+
+from ..storage import Location
 
 _BATCH = re.compile(r"^(\d+)(\.compact)?$")  # "7", "9.compact"; not ".7.crc" or temps
 
 
-def log_lines(path: Path) -> list[str]:
+def log_lines(path: Location) -> list[str]:
     """The lines of a ``v1`` metadata log file after its version line.
 
     :param path: one file of a checkpoint log.
@@ -29,7 +31,7 @@ def log_lines(path: Path) -> list[str]:
     return lines[1:]
 
 
-def batch_files(log_dir: Path) -> dict[int, Path]:
+def batch_files(log_dir: Location) -> dict[int, Location]:
     """The files of a checkpoint log by batch id (compact files included).
 
     :param log_dir: a log directory (``offsets``, ``commits``, ``sources/0``).
@@ -43,7 +45,7 @@ def batch_files(log_dir: Path) -> dict[int, Path]:
     return out
 
 
-def committed_batches(checkpoint: Path) -> list[int]:
+def committed_batches(checkpoint: Location) -> list[int]:
     """The micro-batches the query committed, in order.
 
     :param checkpoint: the query's checkpoint directory.
@@ -51,7 +53,7 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return sorted(batch_files(checkpoint / "commits"))
 
 
-def batch_offsets(checkpoint: Path, batch_id: int) -> tuple[dict, Optional[dict]]:
+def batch_offsets(checkpoint: Location, batch_id: int) -> tuple[dict, Optional[dict]]:
     """A micro-batch's metadata (``batchWatermarkMs``, ``batchTimestampMs``...) and the end
     offset of its (only) source, ``None`` when the source had none yet.
 
@@ -64,7 +66,7 @@ def batch_offsets(checkpoint: Path, batch_id: int) -> tuple[dict, Optional[dict]
     return metadata, source
 
 
-def source_range(checkpoint: Path, batch_id: int) -> tuple[Optional[dict], Optional[dict]]:
+def source_range(checkpoint: Location, batch_id: int) -> tuple[Optional[dict], Optional[dict]]:
     """The source's offsets micro-batch ``batch_id`` read between: the previous micro-batch's
     end offset (``None`` for the first) and its own.
 
