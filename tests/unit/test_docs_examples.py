@@ -51,11 +51,19 @@ def test_the_make_run_report_in_the_readme_has_the_example_figures(example):
 
 
 def test_the_report_run_in_reading_output_has_the_example_figures(example):
-    first = _block("report-run")[0]
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
+             for line in _block("report-run") if ":" in line}
     goals = example["goals"]
-    assert first == (f"out/example/attributions: {goals} committed rows, {goals} after folding "
-                     f"the changelog; {goals} goals; models last_touch; days "
-                     f"{example['first_day']} to {example['last_day']} (UTC)")
+    assert lines["source"].startswith("out/example/attributions (")
+    assert lines["rows"] == (f"{goals} committed, {goals} after folding the changelog, "
+                             f"{goals} selected")
+    assert lines["goals"].startswith(f"{goals}, models last_touch, goal times "
+                                     f"{example['first_day']} ")
+    assert f" to {example['last_day']} " in lines["goals"]
+    attributed = example["attributed"]
+    assert lines["totals last_touch"].startswith(
+        f"{goals} goals ({attributed} attributed, {goals - attributed} organic)")
+
 
 
 def test_the_progress_examples_read_the_example_files_one_per_micro_batch(example):
