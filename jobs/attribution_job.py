@@ -491,7 +491,7 @@ def run_stream(spark, settings: AttributionSettings,
                                       if settings.state_buckets else "one per user")
     report.extra["late records"] = f"{late.written} in {settings.late_records}"
     report.extra["dead letter"] = settings.dead_letter
-    left_out = getattr(settings.source, "left_out", None)
+    left_out = settings.source.left_out_parts()
     if left_out:
         report.extra["unreadable files"] = f"{len(left_out)} (their rows are in the dead letter)"
     return report
@@ -572,13 +572,12 @@ def _batch(spark, settings: AttributionSettings, started: float) -> RunReport:
         if read.get["invalid"] == 0:
             # Nothing to find: spare the second scan (a tenth of the run on the benchmark).
             rejected = rejected.where(F.lit(False))
-        unreadable = settings.source.unreadable_dead_letters(
-            list(getattr(settings.source, "left_out", ())))
+        left_out = settings.source.left_out_parts()
+        unreadable = settings.source.unreadable_dead_letters(left_out)
         if unreadable is not None:
             rejected = rejected.unionByName(spark.createDataFrame(unreadable.to_pandas())
                                             .withColumn("detected_at", F.current_timestamp()))
-            extra["unreadable files"] = (f"{len(settings.source.left_out)} (their rows are in "
-                                         "the dead letter)")
+            extra["unreadable files"] = f"{len(left_out)} (their rows are in the dead letter)"
         rejected, dead_columns = by_date(rejected, DETECTED_DATE)
         (rejected.write.mode("overwrite").option("partitionOverwriteMode", "static")
          .partitionBy(*dead_columns).parquet(settings.dead_letter))

@@ -602,7 +602,6 @@ class DeadLetterOutput:
         self.written = 0
         self.invalid: dict[int, int] = {}
         self.seen = ProgressSeen(settings.checkpoint)
-        self.unreadable = getattr(settings.source, "unreadable_dead_letters", None)
         if dead_letter_query_kept(settings):
             self.query = start_dead_letter_stream(
                 classified_stream(spark, settings, limited=False), settings.dead_letter,
@@ -626,7 +625,7 @@ class DeadLetterOutput:
         self.written += write_dead_letters(
             self.spark, settings.checkpoint, settings.dead_letter, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew, self.invalid,
-            self.seen.decided, self.unreadable)
+            self.seen.decided, settings.source.unreadable_dead_letters)
 
 
 def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):

@@ -82,7 +82,7 @@ def write_dead_letters(spark, checkpoint: str, dead_dir: str, source: EventSourc
     :param decided: for a micro-batch without a known count, whether it may be read again now
         (true) or its count may still come with a later progress update (false: it waits).
     :param extra: dead letters of a micro-batch that its query never saw as records, from what
-        it read (``FileSource.unreadable_dead_letters``: files Spark could not decode), checked
+        it read (``EventSource.unreadable_dead_letters``: files Spark could not decode), checked
         on every micro-batch; ``None``: none.
     """
     from pyspark.sql import functions as F

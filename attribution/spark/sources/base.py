@@ -147,6 +147,11 @@ class EventSource(ABC):
         :param checkpoint: the query's local checkpoint.
         """
 
+    def left_out_parts(self) -> list:
+        """What ``leave_out`` left out, as ``unreadable_dead_letters`` takes it (the files);
+        empty by default."""
+        return []
+
     def unreadable_dead_letters(self, part: Any) -> Optional["pa.Table"]:
         """The dead letters (``raw_record``, ``reason`` and the origin columns) of what
         ``leave_out`` left out of ``part`` (from ``committed_input``, or the whole input's

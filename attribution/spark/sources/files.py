@@ -207,6 +207,9 @@ class ParquetFiles(FileSource):
         if recorded.is_file():
             self.left_out.update(json.loads(recorded.read_text()))
 
+    def left_out_parts(self) -> list[str]:
+        return list(self.left_out)
+
     def unreadable_dead_letters(self, part: list[str]) -> Optional[pa.Table]:
         """One dead letter per row of each left-out file of ``part``: the row as JSON, read
         with the file's own schema (one row without a record when even that fails)."""
