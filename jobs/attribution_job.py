@@ -72,7 +72,6 @@ from attribution.spark.validation import (
     VALIDATION_METRICS,
     classify,
     dead_letters,
-    start_dead_letter_stream,
     valid_events,
 )
 from commandline.exits import ExitCode, Failure, exit_codes_help
@@ -81,7 +80,13 @@ from commandline.paths import check_writable_dir
 from commandline.signals import StopRequests
 from jobs.command import StreamingJob
 from jobs.progress import BatchProgress, RunReport
-from jobs.runtime import check_sink_directory, classified_stream, follow_queries
+from jobs.runtime import (
+    DeadLetterOutput,
+    check_dead_letter_directory,
+    check_sink_directory,
+    classified_stream,
+    follow_queries,
+)
 from jobs.settings import OUTPUT, JobSettings
 
 DESCRIPTION = """\
@@ -450,22 +455,19 @@ def run_stream(spark, settings: AttributionSettings,
             print(f"warning: {warning}", file=sys.stderr, flush=True)
     layout = (settings.backend, settings.state_buckets, settings.tws_state)
     users_at_start = state_users_at_start(spark, settings.checkpoint, *layout)
-    events = valid_events(classified_stream(spark, settings))
-    rows = attribution_stream(events, watermark_delay_ms=settings.watermark_delay_ms,
-                              config=settings.config, backend=settings.backend,
-                              tws_state=settings.tws_state, state_buckets=settings.state_buckets,
-                              bucket_keys=settings.bucket_keys)
     # Checked before Spark started only where no URI was involved (``storage.available``).
     if settings.output_topic is None:
         check_sink_directory(settings.output, "--output", settings.checkpoint)
-    check_sink_directory(settings.dead_letter, "--dead-letter", settings.dead_letter_checkpoint)
+    check_dead_letter_directory(settings)
     flat = kept_flat(settings)
-    query = settings.output_sink(settings.output in flat).start_stream(
-        rows, settings.checkpoint, settings.trigger, "attribution")
-    dead_letter_query = start_dead_letter_stream(
-        classified_stream(spark, settings, limited=False), settings.dead_letter,
-        settings.dead_letter_checkpoint, settings.trigger,
-        by_detected_date=settings.dead_letter not in flat)
+    dead_letters = DeadLetterOutput(spark, settings,
+                                    by_detected_date=settings.dead_letter not in flat)
+    # An input file Spark cannot decode is left out and dead-lettered by its source, and the
+    # query restarted without it, where the dead letter re-reads committed micro-batches (the
+    # second query of earlier versions cannot leave it out: the job stops there, exit code 3).
+    leaves_out = dead_letters.query is None
+    if leaves_out:
+        settings.source.restore_left_out(settings.checkpoint)
     progress = AttributionProgress(OUTPUT_METRICS, settings.config.models, quiet=settings.quiet,
                                    revising=settings.config.revising,
                                    users_at_start=users_at_start,
@@ -473,8 +475,24 @@ def run_stream(spark, settings: AttributionSettings,
                                    and bool(settings.state_buckets),
                                    users_by_change=users_counted_by_change(*layout),
                                    json_lines=settings.progress_json)
-    late = LateRecords(spark, settings)
-    follow_queries(query, dead_letter_query, stop, progress, late.audit)
+    late = LateRecords(spark, settings, dead_letters.seen)
+    while True:
+        events = valid_events(classified_stream(spark, settings))
+        rows = attribution_stream(events, watermark_delay_ms=settings.watermark_delay_ms,
+                                  config=settings.config, backend=settings.backend,
+                                  tws_state=settings.tws_state,
+                                  state_buckets=settings.state_buckets,
+                                  bucket_keys=settings.bucket_keys)
+        query = settings.output_sink(settings.output in flat).start_stream(
+            rows, settings.checkpoint, settings.trigger, "attribution")
+        try:
+            follow_queries(query, dead_letters, stop, progress, late.audit)
+            break
+        except Exception as err:  # the source tells a file it can leave out from the rest
+            left_out = settings.source.leave_out(err, settings.checkpoint) if leaves_out else None
+            if left_out is None:
+                raise
+            print(f"warning: {left_out}", file=sys.stderr, flush=True)
     report = progress.report(mode="stream", backend=settings.backend, output=settings.output_name,
                              stopped_by=stop.signal_name if stop is not None else None)
     if settings.config.revising:
@@ -485,6 +503,9 @@ def run_stream(spark, settings: AttributionSettings,
                                       if settings.state_buckets else "one per user")
     report.extra["late records"] = f"{late.written} in {settings.late_records}"
     report.extra["dead letter"] = settings.dead_letter
+    left_out = settings.source.left_out_parts()
+    if left_out:
+        report.extra["unreadable files"] = f"{len(left_out)} (their rows are in the dead letter)"
     return report
 
 
@@ -495,10 +516,12 @@ class LateRecords:
 
     :param spark: the session.
     :param settings: the run's settings.
+    :param seen: which micro-batches may be audited without their progress update (a
+        ``jobs.runtime.ProgressSeen`` built before the query started); ``None``: all.
     """
 
-    def __init__(self, spark, settings: AttributionSettings):
-        self.spark, self.settings = spark, settings
+    def __init__(self, spark, settings: AttributionSettings, seen=None):
+        self.spark, self.settings, self.seen = spark, settings, seen
         self.written = self.accepted = 0
 
     def audit(self, progress) -> None:
@@ -509,7 +532,8 @@ class LateRecords:
         written, accepted = audit_late_records(
             self.spark, settings.checkpoint, settings.late_records, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew,
-            settings.config.allowed_lateness_ms, dropped_by_batch(progress))
+            settings.config.allowed_lateness_ms, dropped_by_batch(progress),
+            self.seen.decided if self.seen is not None else None)
         self.written += written
         self.accepted += accepted
 
@@ -528,6 +552,18 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
     window; it only counts them.
     """
     started = time.monotonic()
+    while True:
+        try:
+            return _batch(spark, settings, started)
+        except Exception as err:  # a file the source can leave out: dead-lettered, run again
+            left_out = settings.source.leave_out(err) if settings.window is None else None
+            if left_out is None:
+                raise
+            print(f"warning: {left_out}", file=sys.stderr, flush=True)
+
+
+def _batch(spark, settings: AttributionSettings, started: float) -> RunReport:
+    """One attempt of ``run_batch``; the input files its source left out are dead letters."""
     window, models = settings.window, settings.config.models
     classified = classify(settings.source.read_batch(spark), settings.source,
                           settings.max_future_skew_ms, settings.max_future_skew)
@@ -535,6 +571,7 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
     events = valid_events(classified.observe(read, F.count(F.lit(1)).alias("rows"),
                                              F.count(F.when(~F.col("valid"), 1)).alias("invalid")))
     rows = attribution_batch(events, config=settings.config)
+    extra: dict[str, Any] = {}
     if window is None:
         # Files: each goal date's rows in one task (``one_file_per_date``), one file per date
         # instead of one per date and task. A file costs milliseconds to open and close, and a
@@ -545,10 +582,16 @@ def run_batch(spark, settings: AttributionSettings) -> RunReport:
         if read.get["invalid"] == 0:
             # Nothing to find: spare the second scan (a tenth of the run on the benchmark).
             rejected = rejected.where(F.lit(False))
+        left_out = settings.source.left_out_parts()
+        unreadable = settings.source.unreadable_dead_letters(left_out)
+        if unreadable is not None:
+            rejected = rejected.unionByName(spark.createDataFrame(unreadable.to_pandas())
+                                            .withColumn("detected_at", F.current_timestamp()))
+            extra["unreadable files"] = f"{len(left_out)} (their rows are in the dead letter)"
         rejected, dead_columns = by_date(rejected, DETECTED_DATE)
         (rejected.write.mode("overwrite").option("partitionOverwriteMode", "static")
          .partitionBy(*dead_columns).parquet(settings.dead_letter))
-        extra = {"dead letter": settings.dead_letter}
+        extra["dead letter"] = settings.dead_letter
     else:  # only the dates whose rows the corrected input changes are rewritten
         backfill.check_target(settings.output, window)  # before Spark only for a local path
         outcome = backfill.run(spark, events, settings.output, window, settings.config, emitted,
@@ -618,8 +661,7 @@ class AttributionJob(StreamingJob):
         if problem is not None:
             raise Failure(ExitCode.OUTPUT, problem)
         check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
-        check_sink_directory(settings.dead_letter, "--dead-letter",
-                             settings.dead_letter_checkpoint)
+        check_dead_letter_directory(settings)
 
     def checks(self, settings: AttributionSettings) -> AttributionSettings:
         """The checkpoint was started with this input and state layout."""

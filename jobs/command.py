@@ -32,6 +32,7 @@ from commandline.options import OneLineParser, add_options, settings_from
 from commandline.paths import check_writable_dir
 from commandline.signals import StopRequests
 from jobs.runtime import (
+    check_dead_letter_directory,
     check_input,
     check_sink_directory,
     ship_project,
@@ -127,8 +128,7 @@ class StreamingJob:
         """
         check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
         check_sink_directory(settings.output, "--output", settings.checkpoint)
-        check_sink_directory(settings.dead_letter, "--dead-letter",
-                             settings.dead_letter_checkpoint)
+        check_dead_letter_directory(settings)
 
     def checks(self, settings: JobSettings) -> JobSettings:
         """The job's own checks before Spark starts; returns the settings to run with.

@@ -25,13 +25,13 @@ from pyspark.sql import functions as F
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms
 from attribution.spark import click_join
-from attribution.spark.validation import start_dead_letter_stream, valid_events
+from attribution.spark.validation import valid_events
 from commandline.exits import ExitCode, exit_codes_help
 from commandline.options import option
 from commandline.signals import StopRequests
 from jobs.command import StreamingJob
 from jobs.progress import MicroBatchProgress
-from jobs.runtime import classified_stream, follow_queries, start_file_sink
+from jobs.runtime import DeadLetterOutput, classified_stream, follow_queries, start_file_sink
 from jobs.settings import JobSettings, duration
 from joins import JOIN_TYPES, JoinSpecError, JoinStateCollector, check_cleanup, inspect_join
 from joins.inspect import InspectionError
@@ -302,7 +302,7 @@ class ClickJoinRun(MicroBatchProgress):
 
 
 def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> ClickJoinRun:
-    """Start the join and its dead-letter query; follow them until the trigger finishes
+    """Start the join and its dead letter; follow them until the trigger finishes
     (available-now) or ``stop`` is requested.
 
     :param spark: the session.
@@ -320,13 +320,12 @@ def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> C
     if not settings.quiet:
         print("operator's promise:\n" + result.describe(), file=sys.stderr, flush=True)
     output = result.df.observe(click_join.OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
+    dead_letters = DeadLetterOutput(spark, settings, query_name="click_join_dead_letter",
+                                    by_detected_date=False)
     query = start_file_sink(output, settings, "click_join")
-    dead_letter_query = start_dead_letter_stream(
-        classified_stream(spark, settings, limited=False), settings.dead_letter,
-        settings.dead_letter_checkpoint, settings.trigger, query_name="click_join_dead_letter")
     follow = ClickJoinRun(query, result.expected, quiet=settings.quiet,
                           json_lines=settings.progress_json)
-    follow_queries(query, dead_letter_query, stop, follow)
+    follow_queries(query, dead_letters, stop, follow)
     follow.inspect()  # the last batch's plan carries the final eviction watermark
     return follow
 

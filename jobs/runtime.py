@@ -476,6 +476,30 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
                       "the --checkpoint that wrote it.")
 
 
+def check_dead_letter_directory(settings) -> None:
+    """Refuse ``--dead-letter`` unless it can be written, and unless what it holds was written
+    for this run's checkpoint: by the dead-letter query under ``<checkpoint>/dead-letter``
+    (``check_sink_directory``), or from the micro-batches of ``--checkpoint`` (its markers name
+    micro-batches by id: a new checkpoint's would be taken for done).
+
+    :param settings: the job's ``JobSettings``.
+    :raises Failure: ``ExitCode.OUTPUT``.
+    """
+    from attribution.spark.dead_letter import DEAD_LETTERED_DIR
+
+    check_sink_directory(settings.dead_letter, "--dead-letter", settings.dead_letter_checkpoint)
+    if not (available(settings.dead_letter) and available(settings.checkpoint)):
+        return  # a URI before Spark starts: the job checks again once it runs
+    markers = location(settings.dead_letter) / DEAD_LETTERED_DIR
+    if (markers.is_dir() and markers.iterdir()
+            and not checkpoint_started(settings.checkpoint)):
+        raise Failure(ExitCode.OUTPUT,
+                      f"--dead-letter {settings.dead_letter} holds the dead letters of another "
+                      f"run ({markers}) and checkpoint {settings.checkpoint} is new: this run's "
+                      "micro-batches would be taken for that run's. Give a new --dead-letter, or "
+                      "the --checkpoint that wrote it.")
+
+
 def checkpoint_started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
     entry).
@@ -490,9 +514,10 @@ def classified_stream(spark, settings, limited: bool = True):
     """The input as a stream of records classified valid or invalid (``validation.classify``).
 
     Validation splits the input before any ``withWatermark``: invalid rows never move event
-    time. A job reads it twice: its query with the per-trigger limit
-    (``--max-files-per-trigger``, ``--max-offsets-per-trigger``), the dead-letter query without
-    (it has no watermark to step, so it takes everything new in one micro-batch).
+    time. A job's query reads it with the per-trigger limit (``--max-files-per-trigger``,
+    ``--max-offsets-per-trigger``); a dead-letter query kept for an earlier version's dead
+    letter (``DeadLetterOutput``) without (it has no watermark to step, so it takes everything
+    new in one micro-batch).
 
     :param spark: the session.
     :param settings: the job's ``JobSettings`` (its ``source`` and ``--max-future-skew``).
@@ -502,6 +527,105 @@ def classified_stream(spark, settings, limited: bool = True):
 
     raw = settings.source.read_stream(spark, limited)
     return classify(raw, settings.source, settings.max_future_skew_ms, settings.max_future_skew)
+
+
+def dead_letter_query_kept(settings) -> bool:
+    """True when a streaming job's dead letter is written by a streaming query of its own, which
+    reads the input a second time: the way earlier versions of the jobs wrote it. That is kept
+    for a dead letter such a query wrote (its checkpoint, ``<checkpoint>/dead-letter``, has
+    started: it goes on where it stopped, exactly once). Otherwise the dead letters come from the
+    main query's committed micro-batches (``attribution.spark.dead_letter``), and the input is
+    read once.
+
+    :param settings: the job's ``JobSettings``.
+    """
+    return checkpoint_started(settings.dead_letter_checkpoint)
+
+
+class ProgressSeen:
+    """Which committed micro-batches of a job's main query may be read again without waiting
+    for their progress update (the counts that can spare the re-read: invalid records, rows
+    dropped as late): those an earlier run committed (this run never sees their update), those
+    before a micro-batch whose update has come (theirs came first, or was missed), and all once
+    the query has ended.
+
+    Build it before the main query starts.
+
+    :param checkpoint: the main query's checkpoint.
+    """
+
+    def __init__(self, checkpoint: str):
+        from attribution.spark.sources.offset_log import committed_batches
+
+        self.earlier = set(committed_batches(location(checkpoint)))
+        self.latest = -1
+        self.ended = False
+
+    def see(self, progress, ended: bool = False) -> None:
+        """Take the query's recent progress updates.
+
+        :param progress: ``query.recentProgress``.
+        :param ended: the query has ended.
+        """
+        self.latest = max([self.latest, *(p.batchId for p in progress)])
+        self.ended = self.ended or ended
+
+    def decided(self, batch_id: int) -> bool:
+        """True when ``batch_id``'s progress update, if it has not come, will not come.
+
+        :param batch_id: a committed micro-batch.
+        """
+        return self.ended or batch_id in self.earlier or batch_id < self.latest
+
+
+class DeadLetterOutput:
+    """A streaming job's dead letter (``--dead-letter``): written from the main query's committed
+    micro-batches, re-reading one only when the query counted invalid records in it
+    (``attribution.spark.dead_letter``), or, where ``dead_letter_query_kept``, by a second
+    streaming query (``query``, else ``None``).
+
+    Build it before the main query starts (``seen``: the query's ``ProgressSeen``).
+
+    :param spark: the session.
+    :param settings: the job's ``JobSettings``.
+    :param query_name: the name of a kept dead-letter query.
+    :param by_detected_date: a kept query lays its files out under ``detected_date=`` (false
+        for a dead letter an earlier version wrote flat, ``layout.is_flat``).
+    """
+
+    def __init__(self, spark, settings, query_name: str = "dead_letter",
+                 by_detected_date: bool = True):
+        from attribution.spark.validation import start_dead_letter_stream
+
+        self.spark, self.settings = spark, settings
+        self.query = None
+        self.written = 0
+        self.invalid: dict[int, int] = {}
+        self.seen = ProgressSeen(settings.checkpoint)
+        if dead_letter_query_kept(settings):
+            self.query = start_dead_letter_stream(
+                classified_stream(spark, settings, limited=False), settings.dead_letter,
+                settings.dead_letter_checkpoint, settings.trigger, query_name=query_name,
+                by_detected_date=by_detected_date)
+
+    def follow(self, progress, final: bool = False) -> None:
+        """Write the dead letters of the micro-batches committed since the last call; one whose
+        count has not come yet waits for it, unless ``seen`` says it will not come.
+
+        :param progress: the main query's recent progress updates.
+        :param final: the main query has ended.
+        """
+        self.seen.see(progress, final)
+        if self.query is not None:
+            return
+        from attribution.spark.dead_letter import invalid_by_batch, write_dead_letters
+
+        settings = self.settings
+        self.invalid.update(invalid_by_batch(progress))
+        self.written += write_dead_letters(
+            self.spark, settings.checkpoint, settings.dead_letter, settings.source,
+            settings.max_future_skew_ms, settings.max_future_skew, self.invalid,
+            self.seen.decided, settings.source.unreadable_dead_letters)
 
 
 def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):
@@ -546,54 +670,59 @@ def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
     query.stop()
 
 
-def follow_queries(query, dead_letter_query, stop: Optional[StopRequests], progress,
-                   also: Optional[Callable[[list], None]] = None) -> None:
-    """The progress loop of a job: follow its main query and its dead-letter query until the
-    main one ends (``run_with_dead_letter``), feeding every poll's ``query.recentProgress`` to
-    ``progress`` (a ``jobs.progress.MicroBatchProgress``), and once more at the end for what
-    the last micro-batch committed.
+def follow_queries(query, dead_letters: DeadLetterOutput, stop: Optional[StopRequests],
+                   progress, also: Optional[Callable[[list], None]] = None) -> None:
+    """The progress loop of a job: follow its main query (and a kept dead-letter query) until
+    the main one ends (``run_with_dead_letter``), feeding every poll's ``query.recentProgress``
+    to ``progress`` (a ``jobs.progress.MicroBatchProgress``), ``also`` and the dead letter, and
+    once more at the end for what the last micro-batch committed.
 
     :param query: the main ``StreamingQuery``.
-    :param dead_letter_query: the ``StreamingQuery`` writing the dead letter.
+    :param dead_letters: the job's dead letter (``DeadLetterOutput``).
     :param stop: the command's stop requests, or ``None``.
     :param progress: takes the progress updates (``consume``).
     :param also: called with the same updates after ``progress`` (e.g. an audit).
     """
-    def poll() -> None:
+    def poll(final: bool = False) -> None:
         updates = query.recentProgress
         progress.consume(updates)
+        dead_letters.follow(updates, final)  # first: it updates ``dead_letters.seen``
         if also is not None:
             also(updates)
 
-    run_with_dead_letter(query, dead_letter_query, stop, poll)
-    poll()
+    run_with_dead_letter(query, dead_letters.query, stop, poll)
+    poll(final=True)
 
 
 def run_with_dead_letter(query, dead_letter_query, stop, on_poll: Callable[[], None]) -> None:
-    """Follow a job's main query and its dead-letter query until the main one ends.
+    """Follow a job's main query and its dead-letter query, if it has one, until the main one
+    ends.
 
-    Every second ``on_poll`` runs (progress, audits). A stop request (``stop.requested``: SIGINT
-    or SIGTERM) stops both queries after their micro-batch in flight. A failed dead-letter query
-    stops the main one and its exception is raised, rather than running on without it. Whatever
-    happens, neither query is left running.
+    Every second ``on_poll`` runs (progress, audits, the dead letter). A stop request
+    (``stop.requested``: SIGINT or SIGTERM) stops the queries after their micro-batch in
+    flight. A failed dead-letter query stops the main one and its exception is raised, rather
+    than running on without it. Whatever happens, no query is left running.
 
     :param query: the main ``StreamingQuery``.
-    :param dead_letter_query: the ``StreamingQuery`` writing the dead letter.
+    :param dead_letter_query: the ``StreamingQuery`` writing the dead letter, or ``None``.
     :param stop: a ``commandline.signals.StopRequests`` or ``None`` (no signal handling).
     :param on_poll: called once per second while the main query runs.
     """
+    queries = [q for q in (query, dead_letter_query) if q is not None]
     try:
         while not query.awaitTermination(1):
             on_poll()
             if stop is not None and stop.requested:
-                for running in (query, dead_letter_query):
+                for running in queries:
                     stop_after_current_batch(running)
                 break
-            if not dead_letter_query.isActive and dead_letter_query.exception() is not None:
+            if (dead_letter_query is not None and not dead_letter_query.isActive
+                    and dead_letter_query.exception() is not None):
                 query.stop()
                 raise dead_letter_query.exception()
-        dead_letter_query.awaitTermination()
+        if dead_letter_query is not None:
+            dead_letter_query.awaitTermination()
     finally:
-        for running in (query, dead_letter_query):
+        for running in queries:
             if running.isActive:
                 running.stop()

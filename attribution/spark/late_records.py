@@ -18,27 +18,26 @@ without reading its records (``EventSource.earliest_ts_ms``: the ``ts`` column o
 file, read alone), which shows when none of them is within the allowed lateness of the
 watermark or behind it. Only the other micro-batches are read again and validated.
 
-The output holds one Parquet file per micro-batch with late records, under
-``detected_date=YYYY-MM-DD`` (the micro-batch's own timestamp, from its offset log entry), named
-by batch id and written by an atomic rename (``sinks.ParquetSink.write_micro_batch``);
-``_audited/<k>`` marks micro-batch ``k`` as done. A crash between the two rewrites the same
-file: exactly once. A micro-batch whose input the source no longer holds (records a Kafka
-topic's retention deleted before the audit came to them) is marked with the reason instead, and
-reported by ``unaudited_batches``: never counted as having no late record. The records carry
-their origin as their source names it (``source_file`` for files).
+The output holds one Parquet file per micro-batch with late records, written exactly once by
+the mechanism the dead letter shares (``follow_up``): under ``detected_date=YYYY-MM-DD`` (the
+micro-batch's own timestamp), named by batch id, ``_audited/<k>`` marking micro-batch ``k`` as
+done. A micro-batch whose input the source no longer holds (records a Kafka topic's retention
+deleted before the audit came to them) is marked with the reason instead, and reported by
+``unaudited_batches``: never counted as having no late record. The records carry their origin as
+their source names it (``source_file`` for files).
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from joins.durations import ms_to_datetime, ms_to_iso
 
+from .follow_up import WAIT, batch_time, follow_up, not_followed_up
 from .layout import DETECTED_DATE
 from .query_progress import micro_batch_ran
-from .sinks import ParquetSink
 from .sources import EventSource, as_source
 from .sources.offset_log import batch_offsets, committed_batches
 from .storage import Location, location
@@ -111,8 +110,10 @@ def _nothing_late(part, source: Union[EventSource, str], threshold_ms: int,
 
 def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str],
           max_future_skew_ms: int, skew_text: str, allowed_lateness_ms: int,
-          dropped: Optional[Mapping[int, int]] = None) -> tuple[int, int]:
-    """Write the late records of every committed micro-batch not audited yet.
+          dropped: Optional[Mapping[int, int]] = None,
+          decided: Optional[Callable[[int], bool]] = None) -> tuple[int, int]:
+    """Write the late records of every committed micro-batch not audited yet
+    (``follow_up.follow_up``, markers under ``AUDITED_DIR``).
 
     :returns: how many records were written (dropped as too late), and how many others of the
         same micro-batches were late but within the allowed lateness (so used).
@@ -127,6 +128,8 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
     :param allowed_lateness_ms: ``L``: Spark's watermark runs ``L`` behind the on-time one.
     :param dropped: Spark's count of dropped rows per micro-batch where known
         (``dropped_by_batch``); a micro-batch it does not cover is judged from its records.
+    :param decided: for a micro-batch ``dropped`` does not cover, whether to judge it now
+        (true) or wait for its count, which may still come (false); ``None``: judge it now.
     """
     from pyspark.sql import functions as F
 
@@ -136,45 +139,30 @@ def audit(spark, checkpoint: str, late_dir: str, source: Union[EventSource, str]
     source = as_source(source)
     origin = list(source.origin_columns)
     root = location(checkpoint)
-    sink = ParquetSink(late_dir, DETECTED_DATE)
-    done = location(late_dir) / AUDITED_DIR
-    audited = {entry.name for entry in done.iterdir()}  # one listing, not a call per batch
-    written = accepted = 0
-    for batch_id in committed_batches(root):
-        if str(batch_id) in audited:
-            continue
-        part = source.committed_input(root, batch_id)
+    counts = {"written": 0, "accepted": 0}
+
+    def late_rows(batch_id: int, part) -> Union[pa.Table, None, object]:
+        if (part and (dropped is None or batch_id not in dropped) and decided is not None
+                and not decided(batch_id)):
+            return WAIT
         threshold = late_threshold_ms(root, batch_id)
-        rows = []
-        if part and not _nothing_late(part, source, threshold, allowed_lateness_ms,
-                                      (dropped or {}).get(batch_id)):
-            try:
-                events = valid_events(classify(source.read_committed(spark, part), source,
-                                               max_future_skew_ms, skew_text), keep=origin)
-                ts = F.unix_millis("ts")
-                late = events.filter((F.col("event_type") != "heartbeat")
-                                     & (ts <= F.lit(threshold + allowed_lateness_ms)))
-                rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
-                                   *origin, (ts <= F.lit(threshold)).alias("dropped")).collect()
-            except Exception as err:  # the source tells a lost input from any other failure
-                lost = source.lost_input(err)
-                if lost is None:
-                    raise
-                _mark_audited(done, batch_id, lost)
-                continue
-            accepted += sum(not r.dropped for r in rows)
-            rows = [r for r in rows if r.dropped]
-        if rows:
-            _write_batch(sink, source, batch_id, rows, root, threshold, allowed_lateness_ms)
-            written += len(rows)
-        _mark_audited(done, batch_id)
-    return written, accepted
+        if not part or _nothing_late(part, source, threshold, allowed_lateness_ms,
+                                     (dropped or {}).get(batch_id)):
+            return None
+        events = valid_events(classify(source.read_committed(spark, part), source,
+                                       max_future_skew_ms, skew_text), keep=origin)
+        ts = F.unix_millis("ts")
+        late = events.filter((F.col("event_type") != "heartbeat")
+                             & (ts <= F.lit(threshold + allowed_lateness_ms)))
+        rows = late.select(F.to_json(F.struct(*EVENT_FIELDS)).alias("raw_record"),
+                           *origin, (ts <= F.lit(threshold)).alias("dropped")).collect()
+        counts["accepted"] += sum(not r.dropped for r in rows)
+        rows = [r for r in rows if r.dropped]
+        counts["written"] += len(rows)
+        return _late_table(source, batch_id, rows, root, threshold, allowed_lateness_ms)
 
-
-def _mark_audited(done: Location, batch_id: int, not_audited: str = "") -> None:
-    """Mark micro-batch ``batch_id`` done; with ``not_audited``, the reason its records could
-    not be read again (``unaudited_batches`` reports it)."""
-    (done / str(batch_id)).write_text(not_audited)
+    follow_up(checkpoint, late_dir, AUDITED_DIR, source, late_rows)
+    return counts["written"], counts["accepted"]
 
 
 def unaudited_batches(late_dir: str) -> dict[int, str]:
@@ -183,28 +171,24 @@ def unaudited_batches(late_dir: str) -> dict[int, str]:
 
     :param late_dir: the late-record output directory.
     """
-    out = {}
-    for marker in (location(late_dir) / AUDITED_DIR).iterdir():
-        if marker.name.isdigit() and marker.size():
-            out[int(marker.name)] = marker.read_text()
-    return dict(sorted(out.items()))
+    return not_followed_up(late_dir, AUDITED_DIR)
 
 
-def _write_batch(sink: ParquetSink, source: EventSource, batch_id: int, rows: list,
-                 checkpoint: Location, threshold_ms: int, allowed_lateness_ms: int) -> None:
-    metadata, _ = batch_offsets(checkpoint, batch_id)
-    detected = ms_to_datetime(metadata["batchTimestampMs"])
+def _late_table(source: EventSource, batch_id: int, rows: list, checkpoint: Location,
+                threshold_ms: int, allowed_lateness_ms: int) -> Optional[pa.Table]:
+    if not rows:
+        return None
+    detected = batch_time(checkpoint, batch_id)
     on_time = threshold_ms + allowed_lateness_ms
     watermark = ms_to_datetime(on_time)
     reason = (f"ts at or behind {ms_to_iso(threshold_ms)}: the watermark when it arrived, "
               f"{ms_to_iso(on_time)}, minus the allowed lateness ({allowed_lateness_ms} ms)")
-    table = pa.Table.from_pylist([
+    return pa.Table.from_pylist([
         {"raw_record": r.raw_record, "reason": reason, "watermark": watermark,
          "allowed_lateness_ms": allowed_lateness_ms,
          **{name: r[name] for name in source.origin_columns},
          "batch_id": batch_id, "detected_at": detected} for r in rows],
         schema=late_schema(source))
-    sink.write_micro_batch(batch_id, table, detected)
 
 
 def read_late_records(late_dir: str) -> pa.Table:

@@ -14,8 +14,9 @@ keeps the JSON type of every field, which lets the rules reject wrong types the 
 ``attribution.events`` does (Spark's JSON reader would silently turn ``"url": 5`` into the string
 ``"5"`` and ``"ts": 5`` into five *seconds*). Typed input (Parquet, Avro) is already typed by its
 writer: its rows get the same semantic rules; a Parquet file whose column types contradict the
-event schema cannot be read at all (``unreadable_input`` explains it to the user, see
-``docs/guarantees.md``).
+event schema cannot be read at all by Spark: its source leaves it out and dead-letters its rows
+(``sources.files.ParquetFiles``), or, where it cannot, ``unreadable_input`` explains it to the
+user (``docs/attribution-job.md``).
 
 Everything here must run *before* ``withWatermark``: only valid rows may move the watermark. In
 particular an event far in the future (``--max-future-skew``) would otherwise drag the watermark
@@ -23,7 +24,6 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
-import re
 from typing import Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
@@ -34,6 +34,7 @@ from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
 from .layout import DETECTED_DATE
 from .sinks import ParquetSink
 from .sources import ARRIVAL_COLUMN, EventSource, as_source, file_source
+from .sources.files import unreadable_file
 from .types import spark_struct
 
 # How far past its arrival time (a file's modification time, a Kafka timestamp) an event may
@@ -444,25 +445,21 @@ def start_dead_letter_stream(classified: DataFrame, path: str, checkpoint: str, 
 
 # -- input that cannot be read at all -----------------------------------------------------------
 
-_UNREADABLE_FILE = re.compile(
-    r"\[FAILED_READ_FILE\.(?P<kind>[A-Z_]+)\] Encountered error while reading file "
-    r"(?P<file>\S+?)\.\s+(?P<detail>.*?)(?:\s+SQLSTATE|\n|$)")
-
-
 def unreadable_input(error: BaseException) -> Optional[str]:
     """If ``error`` is Spark failing to read an input file (e.g. a Parquet file whose column
     types contradict the event schema), a one-paragraph explanation naming the file and how to
     resume; otherwise ``None``.
 
-    Such a file has no rows to dead-letter: Spark cannot decode any of them. The micro-batch that
-    holds it is never committed, so stopping here loses nothing.
+    Spark cannot decode any row of such a file. This is for a job that cannot leave it out
+    (``EventSource.leave_out``): the micro-batch that holds it is never committed, so stopping
+    here loses nothing.
 
     :param error: the error a query or a batch job raised.
     """
-    match = _UNREADABLE_FILE.search(str(error))
-    if match is None:
+    found = unreadable_file(error)
+    if found is None:
         return None
-    return (f"input file {match['file']} cannot be read as events ({match['detail'].strip()}). "
+    return (f"input file {found[0]} cannot be read as events ({found[1]}). "
             "Nothing from the micro-batch holding it was committed. Replace the file, under the "
             "same name, with a corrected one (or an empty file in the event schema) and rerun with "
             "the same --checkpoint: the job resumes at that batch.")

@@ -274,7 +274,7 @@ def lever_mode(bench: Bench, args) -> dict:
         results.append({"lever": label, **r.as_dict(), "ratio": ratio, "cpu_ratio": cpu_ratio})
 
     report("(a) native window count", native)
-    report("the job (validation + dead-letter query + defaults)", job)
+    report("the job (validation + dead letter + defaults)", job)
     for label, backend, options, conf in LEVERS:
         log(f"[levers] {label} ...")
         try:

@@ -338,13 +338,13 @@ def test_help_documents_the_new_options():
     assert result.returncode == 2 and "not a duration" in result.stderr
 
 
-def test_an_unreadable_parquet_file_stops_the_job_cleanly_and_loses_nothing(spark, tmp_path,
-                                                                            ch7_dir, capsys):
-    """A Parquet file whose column types contradict the event schema has no decodable rows to
-    dead-letter. The job stops with one clear message naming the file; nothing of that batch was
-    committed, and after the file is replaced the same checkpoint resumes with no loss."""
-    import os
-
+@pytest.mark.parametrize("mode", ["stream", "batch"])
+def test_a_wrong_typed_parquet_file_is_dead_lettered_and_the_rest_attributed(spark, tmp_path,
+                                                                              ch7_dir, capsys,
+                                                                              mode):
+    """A Parquet file whose column types contradict the event schema has no row Spark can
+    decode. Its rows go to the dead letter with Spark's reason, one warning line names it, and
+    the job goes on: the output is the oracle's over the other files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -365,21 +365,27 @@ def test_an_unreadable_parquet_file_stops_the_job_cleanly_and_loses_nothing(spar
     pq.write_table(bad_table, broken)
     os.utime(broken, (mtime, mtime))
 
+    options = (["--mode", "batch"] if mode == "batch"
+               else ["--max-files-per-trigger", "1", "--watermark-delay", "3 minutes"])
     argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
             "--checkpoint", str(tmp_path / "checkpoint"), "--dead-letter", str(tmp_path / "dead"),
-            "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes", "--quiet"]
-    assert main(argv) == 3
-    message = capsys.readouterr().err
-    error_lines = [line for line in message.splitlines() if line.startswith("error: ")]
-    assert len(error_lines) == 1
-    assert "part-00001.parquet cannot be read as events" in error_lines[0]
-    assert "impression_id" in error_lines[0] and "same --checkpoint" in error_lines[0]
-
-    pq.write_table(good_table, broken)  # the operator's fix: same name, corrected content
-    os.utime(broken, (mtime, mtime))
+            "--quiet", *options]
     assert main(argv) == 0
-    assert set(_committed_rows(spark, tmp_path / "out")) == CH7_ROWS
-    assert len(_committed_rows(spark, tmp_path / "out")) == 2
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("warning: ")]
+    assert len(warnings) == 1
+    assert "part-00001.parquet cannot be read as events" in warnings[0]
+    assert "impression_id" in warnings[0] and "dead letter" in warnings[0]
+
+    expected = attribute_batch([e for part in parts if part.name != "part-00001.json"
+                                for e in read_events(part)])
+    assert _committed_rows(spark, tmp_path / "out") == sorted(
+        ((r.goal_event_id, r.impression_id, r.trail) for r in expected), key=str)
+    dead = _dead_letters(spark, tmp_path / "dead")
+    assert [json.loads(r.raw_record)["impression_id"] for r in dead] == ["one-two-three"]
+    assert "impression_id" in dead[0].reason and dead[0].reason.startswith(
+        "input file cannot be read as events: ")
+    assert dead[0].source_file.endswith("part-00001.parquet")
 
 
 @pytest.mark.parametrize("mode", ["stream", "batch"])

@@ -14,6 +14,7 @@ from ..formats import EventFormat
 from ..storage import Location
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 # The column of a raw record holding its arrival time: the reference of the future-skew rule.
@@ -125,6 +126,38 @@ class EventSource(ABC):
         through. The default: ``None`` (a source that keeps what it delivered).
 
         :param error: what ``read_committed`` or reading its result raised.
+        """
+        return None
+
+    def leave_out(self, error: BaseException, checkpoint: Optional[str] = None) -> Optional[str]:
+        """When ``error`` is Spark failing to decode a part of the input that the source can
+        leave out of every later read (and hand to the dead letter by itself,
+        ``unreadable_dead_letters``), leave it out and say so in one line; otherwise ``None``,
+        the default (the caller lets the error through).
+
+        :param error: what a query or a batch read raised.
+        :param checkpoint: the query's local checkpoint, where what is left out is recorded for
+            later runs (``restore_left_out``); ``None``: for this run only.
+        """
+        return None
+
+    def restore_left_out(self, checkpoint: str) -> None:
+        """Leave out again what ``leave_out`` recorded in ``checkpoint``; the default: nothing.
+
+        :param checkpoint: the query's local checkpoint.
+        """
+
+    def left_out_parts(self) -> list:
+        """What ``leave_out`` left out, as ``unreadable_dead_letters`` takes it (the files);
+        empty by default."""
+        return []
+
+    def unreadable_dead_letters(self, part: Any) -> Optional["pa.Table"]:
+        """The dead letters (``raw_record``, ``reason`` and the origin columns) of what
+        ``leave_out`` left out of ``part`` (from ``committed_input``, or the whole input's
+        files in batch mode); ``None`` when nothing was, the default.
+
+        :param part: what a micro-batch read.
         """
         return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from abc import abstractmethod
 from typing import Optional
 from urllib.parse import unquote, urlparse
@@ -34,6 +35,30 @@ _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 def _local(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+# Spark's error for an input file it cannot decode (e.g. a Parquet column of another type).
+_UNREADABLE_FILE = re.compile(
+    r"\[FAILED_READ_FILE\.(?P<kind>[A-Z_]+)\] Encountered error while reading file "
+    r"(?P<file>\S+?)\.\s+(?P<detail>.*?)(?:\s+SQLSTATE|\n|$)")
+LEFT_OUT_FILE = "unreadable-input.json"  # in the checkpoint: the input files left out
+
+
+def unreadable_file(error: BaseException) -> Optional[tuple[str, str]]:
+    """The file (as Spark names it) and the reason, when ``error`` is Spark failing to decode an
+    input file; else ``None``.
+
+    :param error: what a query or a batch read raised.
+    """
+    match = _UNREADABLE_FILE.search(str(error))
+    return None if match is None else (match["file"], match["detail"].strip())
+
+
+def _spellings(uri: str) -> set[str]:
+    """A local file's URI as Spark's error (``file:///p``) and its ``_metadata.file_path``
+    (``file:/p``) spell it."""
+    short = re.sub(r"^file:///", "file:/", uri)
+    return {uri, short, re.sub(r"^file:/(?!/)", "file:///", short)}
 
 
 def _file_source_entries(checkpoint: Location, log_offset: int) -> list[str]:
@@ -140,18 +165,74 @@ class JsonFiles(FileSource):
 
 
 class ParquetFiles(FileSource):
-    """Parquet files in the event schema; a file whose column types contradict it cannot be read
-    at all (``validation.unreadable_input`` explains it)."""
+    """Parquet files in the event schema. Spark cannot decode a file whose column types
+    contradict it: once a read fails on one, ``leave_out`` records it (in the checkpoint), every
+    later read skips it (a filter on ``_metadata.file_path``, which Spark applies to the file
+    list before opening any file), and its rows, read with the file's own schema, are dead
+    letters with Spark's reason (``unreadable_dead_letters``)."""
 
     format_name = "parquet"
+
+    def __init__(self, directory: Optional[str] = None,
+                 max_files_per_trigger: Optional[int] = None):
+        super().__init__(directory, max_files_per_trigger)
+        self.left_out: dict[str, str] = {}  # file URI -> why Spark cannot decode it
 
     def _reader(self, spark, reader):
         return (reader.schema(spark_struct(EVENT_SCHEMA)).format("parquet")
                 .option("pathGlobFilter", self.format.glob))
 
     def _raw(self, frame: DataFrame) -> DataFrame:
+        if self.left_out:
+            skipped = sorted(set().union(*map(_spellings, self.left_out)))
+            frame = frame.filter(~F.col("_metadata.file_path").isin(skipped))
         return _with_file_origin(frame, *EVENT_FIELDS,
                                  F.lit(None).cast("string").alias(READ_ERROR_COLUMN))
+
+    def leave_out(self, error: BaseException, checkpoint: Optional[str] = None) -> Optional[str]:
+        found = unreadable_file(error)
+        if found is None or found[0] in self.left_out:
+            return None
+        uri, detail = found
+        self.left_out[uri] = detail
+        if checkpoint is not None:
+            (location(checkpoint) / LEFT_OUT_FILE).write_text(json.dumps(self.left_out, indent=1))
+        return (f"input file {uri} cannot be read as events ({detail}): its rows go to the dead "
+                "letter, and the job goes on without it")
+
+    def restore_left_out(self, checkpoint: str) -> None:
+        recorded = location(checkpoint) / LEFT_OUT_FILE
+        if recorded.is_file():
+            self.left_out.update(json.loads(recorded.read_text()))
+
+    def left_out_parts(self) -> list[str]:
+        return list(self.left_out)
+
+    def unreadable_dead_letters(self, part: list[str]) -> Optional[pa.Table]:
+        """One dead letter per row of each left-out file of ``part``: the row as JSON, read
+        with the file's own schema (one row without a record when even that fails)."""
+        if not self.left_out:
+            return None
+        local = {_local(s): (uri, detail) for uri, detail in self.left_out.items()
+                 for s in _spellings(uri)}
+        rows = []
+        for f in part:
+            if _local(f) not in local:
+                continue
+            uri, detail = local[_local(f)]
+            origin = re.sub(r"^file:///", "file:/", uri)  # as ``_metadata.file_path`` has it
+            reason = f"input file cannot be read as events: {detail}"
+            try:
+                with location(_local(f)).open() as stream:
+                    records = [json.dumps(r, default=str)
+                               for r in pq.read_table(stream).to_pylist()]
+            except (OSError, pa.ArrowException):
+                records = [None]
+            rows += [{"raw_record": r, "reason": reason, SOURCE_FILE: origin} for r in records]
+        if not rows:
+            return None
+        return pa.Table.from_pylist(rows, schema=pa.schema([
+            ("raw_record", pa.string()), ("reason", pa.string()), (SOURCE_FILE, pa.string())]))
 
     def earliest_ts_ms(self, part: list[str]) -> Optional[float]:
         """From the ``ts`` column alone (nulls, which validation rejects, ignored). ``None``
