@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from attribution.config import parse_duration_ms, spark_interval
-
-from .datasets import Dataset, closed_window_events, read_events_arrow
 from commandline.exits import ExitCode, Failure
 
+from .datasets import Dataset, closed_window_events, read_events_arrow
 from .kinds import (
     BARE,
     BARE_BACKEND,
