@@ -1,6 +1,7 @@
 """The performance benchmark: attribution throughput, memory and state against Spark's own ceiling.
 
     python -m benchmarks.streaming                     # 1,000,000 events, 3 interleaved repeats
+    python -m benchmarks.streaming --profile realistic # one day of events, minutes per batch
     spark-submit benchmarks/streaming/__main__.py --events 250000 --repeats 1
     python -m benchmarks.streaming --scale             # 250k, 500k and 1M: how cost grows
     python -m benchmarks.streaming --state-growth      # long horizon: state with and without GC
@@ -12,16 +13,21 @@
 
 One dataset per size is generated with the project's generator (Parquet, which Spark decodes far
 faster than JSON lines, so the input format does not hide the stateful work), in ``--files``
-arrival-ordered files plus a trailing heartbeat. Then, in this one process and on those same
-files, it runs:
+arrival-ordered files plus a trailing heartbeat, as the ``--profile`` says (``datasets.PROFILES``:
+``standard``, the generator's defaults, weeks of event time per micro-batch; ``realistic``, one
+day of events, minutes per micro-batch, as a live stream's). Then, in this one process and on
+those same files, it runs:
 
 * (a) ``native``: Spark's own stateful aggregation, a count per user per 10-minute event-time
   window, append mode, with the job's watermark and file batching: the engine ceiling;
-* (b) the attribution job streaming with ``available-now``, once per backend, and once more
-  with the default backend reading the same events from a Kafka topic (``kafka``: a local
-  broker started under the work directory, each dataset produced to a topic of one partition
-  before the runs, ``maxOffsetsPerTrigger`` making as many micro-batches as the files do; the
-  table prints its ratio to the same query on the files);
+* (b) ``bare``: the attribution query alone (file source, stateful stage, Parquet sink; no
+  validation, no dead-letter query); the attribution job streaming with ``available-now``
+  into Parquet, once per backend; with the default backend, once more writing a Delta table
+  (``delta``, offered when the job has ``--output-format``), and once more reading the same
+  events from a Kafka topic (``kafka``: a local broker started under the work directory, each
+  dataset produced to a topic of one partition before the runs, ``maxOffsetsPerTrigger``
+  making as many micro-batches as the files do); the table prints the ratio of each to the
+  same query on the files into Parquet;
 * (c) the attribution job in batch mode;
 * (d) ``core``: the pure-Python core (``attribute_batch``) over the events read with pyarrow.
 

@@ -14,6 +14,7 @@ from commandline.exits import Failure, report_failure
 
 from . import __doc__ as OVERVIEW
 from .cost_model import DEFAULT_BATCH_SIZES, cost_model_mode, parse_batch_sizes
+from .datasets import DEFAULT_PROFILE, PROFILES
 from .kinds import JOB_LAYOUTS, RUN_KINDS, STREAM_BACKENDS
 from .modes import (
     GROWTH_LOOKBACK,
@@ -28,14 +29,13 @@ from .modes import (
     warm_up,
 )
 from .report import machine_description, print_main
-from .runs import Bench
+from .runs import Bench, available_kinds
 from .sustainable import SUSTAINABLE_KINDS, sustainable_mode
 
 PROG = "python -m benchmarks.streaming"
 # The overview without its title, usage lines and module list.
 DESCRIPTION = OVERVIEW.split("\n\n", 2)[2].split("\nModules:")[0]
 DEFAULT_EVENTS = 1_000_000
-DEFAULT_FILES = 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,13 +52,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, metavar="R",
                         help="runs per kind, interleaved; the table quotes medians "
                              "(default: %(default)s)")
-    parser.add_argument("--runs", default=",".join(RUN_KINDS), metavar="KINDS",
-                        help="comma-separated subset of: " + ", ".join(RUN_KINDS) +
+    kinds = available_kinds()
+    parser.add_argument("--runs", default=",".join(kinds), metavar="KINDS",
+                        help="comma-separated subset of: " + ", ".join(kinds) +
                              " (default: all)")
-    parser.add_argument("--files", type=int, default=DEFAULT_FILES, metavar="N",
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=tuple(PROFILES),
+                        help="the main table's dataset: " + "; ".join(
+                            f"{name}, {p.description} ({p.files} files)"
+                            for name, p in PROFILES.items()) + " (default: %(default)s)")
+    parser.add_argument("--files", type=int, default=None, metavar="N",
                         help="event files per dataset, plus one heartbeat file; with "
-                             "--max-files-per-trigger 1 each is one micro-batch "
-                             "(default: %(default)s)")
+                             "--max-files-per-trigger 1 each is one micro-batch (default: the "
+                             "profile's; the standard profile's for --levers and --join)")
     parser.add_argument("--max-files-per-trigger", type=int, default=1, metavar="N",
                         help="files per micro-batch for every streaming run (default: %(default)s)")
     parser.add_argument("--scale", action="store_true",
@@ -181,12 +186,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [k for k in args.kinds if k not in RUN_KINDS]
     if unknown:
         parser.error(f"--runs: unknown kind(s) {', '.join(unknown)}; choose from "
-                     f"{', '.join(RUN_KINDS)}")
+                     f"{', '.join(kinds)}")
+    unavailable = [k for k in args.kinds if k not in kinds]
+    if unavailable:
+        parser.error(f"--runs: kind(s) {', '.join(unavailable)} need an output format the "
+                     f"attribution job does not offer; choose from {', '.join(kinds)}")
     args.kinds = [k for k in RUN_KINDS if k in args.kinds]  # the table's order
     args.growth_backends = [b.strip() for b in args.growth_backends.split(",") if b.strip()]
     if any(b not in STREAM_BACKENDS for b in args.growth_backends):
         parser.error(f"--growth-backends: choose from {', '.join(STREAM_BACKENDS)}")
-    for name in ("events", "repeats", "files", "max_files_per_trigger", "growth_events",
+    if args.files is not None and args.files < 1:
+        parser.error("--files must be at least 1")
+    for name in ("events", "repeats", "max_files_per_trigger", "growth_events",
                  "growth_files", "lever_events", "sustainable_min_rate", "sustainable_probes",
                  "cost_repeats"):
         if getattr(args, name) < 1:

@@ -1,12 +1,13 @@
-"""The benchmark's inputs: generating a dataset with the project's generator, and the facts about
-it that runs are checked against (the native count's closed windows, the core's state)."""
+"""The benchmark's inputs: the standard datasets (``PROFILES``), generating a dataset with the
+project's generator, and the facts about it that runs are checked against (the native count's
+closed windows, the core's state) or that the tables print (its event time per micro-batch)."""
 from __future__ import annotations
 
 import io
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from attribution.config import (
@@ -18,6 +19,37 @@ from attribution.config import (
 
 from .console import log
 from .kinds import NATIVE_WINDOW
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A standard dataset of the main table: how the generator makes it.
+
+    :param description: what its micro-batches hold, as the table's title says it.
+    :param files: its event files (one micro-batch each with ``--max-files-per-trigger 1``),
+        unless ``--files`` says otherwise.
+    :param generator: its generator parameters (``GeneratorParams`` fields) beyond the
+        benchmark's own (seed, Parquet, files, heartbeat, watermark delay, users).
+    """
+
+    description: str
+    files: int
+    generator: dict = field(default_factory=dict)
+
+
+# The main table's datasets, one entry per profile (``--profile``).
+PROFILES = {
+    # The generator's defaults: users starting over 60 days and returning for months, so each
+    # of the 20 micro-batches spans weeks of event time and writes into dozens of goal dates.
+    "standard": Profile("the generator's defaults: weeks of event time per micro-batch", 20),
+    # One day of a live stream: every event within 24 h (users starting over the first 20 h,
+    # returning about every 2 h), in 288 arrival-ordered files, so each micro-batch spans
+    # minutes of event time (at 1,000,000 events: 3 to 16, 6 at the median; longer in the first
+    # hours, which fewer users share; the arrival disorder of --max-delay included).
+    "realistic": Profile("one day of events, minutes of event time per micro-batch", 288,
+                         {"span": "20 hours", "total_span": "1 day", "session_gap": "2 hours"}),
+}
+DEFAULT_PROFILE = "standard"
 
 
 @dataclass
@@ -34,6 +66,30 @@ class Dataset:
     config: AttributionConfig
     goals: int = 0
     attributed: int = 0
+    # The event time of each event file, heartbeat aside: (first, last) ms, in arrival order.
+    file_event_times: list = field(default_factory=list)
+
+    def batch_event_times_s(self, files_per_batch: int) -> list[float]:
+        """The event time each micro-batch spans, seconds from its earliest event to its latest,
+        when the file source reads ``files_per_batch`` files per micro-batch (the heartbeat's
+        aside).
+
+        :param files_per_batch: the file source's files per micro-batch.
+        """
+        spans = []
+        for k in range(0, len(self.file_event_times), files_per_batch):
+            chunk = self.file_event_times[k:k + files_per_batch]
+            spans.append((max(last for _, last in chunk) - min(first for first, _ in chunk))
+                         / 1000)
+        return spans
+
+    @property
+    def event_time_s(self) -> float:
+        """Seconds from the earliest event to the latest, heartbeat aside."""
+        if not self.file_event_times:
+            return 0.0
+        return (max(last for _, last in self.file_event_times)
+                - min(first for first, _ in self.file_event_times)) / 1000
 
 
 def _events_per_user(base: dict) -> float:
@@ -70,11 +126,14 @@ def make_dataset(root: Path, events: int, files: int, seed: int, label: str,
     log(f"generated {label}: {result.records:,} records for {users:,} users in "
         f"{len(result.event_files)} files ({time.perf_counter() - started:.1f}s) under {root}")
     heartbeat = result.manifest["heartbeat"]["ts_ms"]
+    event_files = result.manifest["files"][:len(result.event_files) - 1]  # heartbeat's is last
     return Dataset(label=label, root=root, events_dir=result.events_dir, records=result.records,
                    files=len(result.event_files),
                    final_watermark_ms=heartbeat - params.watermark_delay_ms,
                    watermark_delay=params.watermark_delay,
-                   config=replace(params.attribution_config(), models=models))
+                   config=replace(params.attribution_config(), models=models),
+                   file_event_times=[(f["min_ts_ms"], f["max_ts_ms"]) for f in event_files
+                                     if f["records"]])
 
 
 def closed_window_events(dataset: Dataset) -> int:

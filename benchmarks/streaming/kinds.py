@@ -1,5 +1,5 @@
 """The kinds of run the benchmark times, in the table's order, how the tables name them, and
-how the attribution job runs for each of its kinds (backend and input)."""
+how the attribution job runs for each of its kinds (backend, input and output format)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,22 +9,31 @@ from joins.durations import format_duration_ms
 
 # ``native`` is the denominator of every ratio.
 NATIVE = "native"
+# The attribution query alone, with the default backend: what the job costs around it is the
+# difference between the two rows.
+BARE = "bare"
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
 KAFKA = "kafka"
+DELTA = "delta"
 BATCH = "batch"
 CORE = "core"
-RUN_KINDS = (NATIVE, *STREAM_BACKENDS, KAFKA, BATCH, CORE)
+RUN_KINDS = (NATIVE, BARE, *STREAM_BACKENDS, KAFKA, DELTA, BATCH, CORE)
 RUN_LABELS = {
     NATIVE: "(a) native window count",
+    BARE: "(b) bare attribution query (no validation, no dead letters)",
     "applyInPandasWithState": "(b) stream applyInPandasWithState",
     "transformWithState": "(b) stream transformWithState",
     KAFKA: "(b) stream applyInPandasWithState, Kafka source",
+    DELTA: "(b) stream applyInPandasWithState, Delta sink",
     BATCH: "(c) batch (mapInArrow)",
     CORE: "(d) pure-Python core",
 }
 # The job's inputs (``runs.INPUTS``): the dataset's files, and the same events on a Kafka topic.
 FILES = "files"
 KAFKA_TOPIC = "kafka topic"
+# The job's output formats (its ``--output-format``; ``runs.output_options``).
+PARQUET = "parquet"
+DELTA_TABLE = "delta"
 
 
 @dataclass(frozen=True)
@@ -34,32 +43,40 @@ class JobRun:
     :param backend: the stateful backend it streams with; ``None``: batch mode.
     :param source: its input, a key of ``runs.INPUTS``: the dataset's files, or the same
         events on a Kafka topic.
+    :param sink: the format of its output: Parquet files, or a Delta table.
     """
 
     backend: Optional[str]
     source: str = FILES
+    sink: str = PARQUET
 
 
 # The kinds that run the attribution job; the others (native, core) are not the job.
 JOB_RUNS = {
     **{backend: JobRun(backend) for backend in STREAM_BACKENDS},
     KAFKA: JobRun(STREAM_BACKENDS[0], KAFKA_TOPIC),
+    DELTA: JobRun(STREAM_BACKENDS[0], FILES, DELTA_TABLE),
     BATCH: JobRun(None),
 }
 STREAMING_KINDS = tuple(kind for kind, job in JOB_RUNS.items() if job.backend)
+# The backend of the bare attribution query (``BARE``): the job's default.
+BARE_BACKEND = STREAM_BACKENDS[0]
+# How the ratio of a kind to its counterpart is named, by what the kind changes.
+COUNTERPART_WORDS = {"source": "x files", "sink": "x Parquet"}
 
 
-def files_counterpart(kind: str) -> Optional[str]:
-    """The kind that runs the same query as ``kind`` on the dataset's files, when ``kind``
-    reads another input (the table prints the ratio of the two); ``None`` otherwise.
+def counterpart(kind: str) -> Optional[tuple[str, str]]:
+    """The kind that runs the same query as ``kind`` on the dataset's files into Parquet, when
+    ``kind`` reads another input or writes another format (the table prints the ratio of the
+    two), and how that ratio is named (``COUNTERPART_WORDS``); ``None`` otherwise.
 
     :param kind: a kind of ``RUN_KINDS``.
     """
     job = JOB_RUNS.get(kind)
-    if job is None or job.source == FILES:
+    if job is None or (job.source, job.sink) == (FILES, PARQUET):
         return None
-    return next(k for k, other in JOB_RUNS.items()
-                if other == JobRun(job.backend, FILES))
+    other = next(k for k, run in JOB_RUNS.items() if run == JobRun(job.backend, FILES, PARQUET))
+    return other, COUNTERPART_WORDS["source" if job.source != FILES else "sink"]
 
 
 def run_label(kind: str, allowed_lateness_ms: int = 0) -> str:

@@ -148,14 +148,24 @@ def _span(p: dict) -> tuple[float, float]:
     return start, start + p["durationMs"]["triggerExecution"] / 1000
 
 
+def _event_time_s(p: dict) -> Optional[float]:
+    """Seconds of event time the input of the micro-batch whose progress is ``p`` spans."""
+    times = p.get("eventTime") or {}
+    if "min" not in times or "max" not in times:
+        return None
+    return epoch_s(times["max"]) - epoch_s(times["min"])
+
+
 def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None,
                         others: list[dict] = ()) -> list[dict]:
     """Per micro-batch of ``batches`` (the progress of micro-batches that ran, in order): its
     input rows, its wall time (``triggerExecution``, seconds), the CPU seconds the sampled
     processes used meanwhile (from ``cpu_timeline``, ``MemoryPeaks.cpu_timeline``; None
     without it), whether a micro-batch of another query (``others``, progress of micro-batches
-    that ran) overlapped it, and, summed over the stateful operators, the state rows and the
-    state store's size on disk (RocksDB SST files, bytes) at its end.
+    that ran) overlapped it, the event time its input spans (seconds from its earliest event
+    to its latest, as Spark reports them for a query with a watermark; None otherwise), and,
+    summed over the stateful operators, the state rows and the state store's size on disk
+    (RocksDB SST files, bytes) at its end.
 
     :param batches: the progress of the micro-batches that ran, in order.
     :param cpu_timeline: the sampled CPU seconds over time, or ``None``.
@@ -170,6 +180,7 @@ def micro_batch_figures(batches: list[dict], cpu_timeline: Optional[list] = None
             "batch": p["batchId"], "input_rows": p["numInputRows"], "seconds": end - start,
             "cpu_seconds": cpu_between(cpu_timeline or [], start, end),
             "overlapped": any(s < end and start < e for s, e in busy),
+            "event_time_s": _event_time_s(p),
             "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
             "sst_bytes": sum((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)
                              for op in ops)})

@@ -10,7 +10,14 @@ from attribution.config import parse_duration_ms
 from joins.durations import format_duration_ms
 
 from .console import log
-from .datasets import Dataset, make_dataset, measure_state_encoding, read_events_arrow
+from .datasets import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    Dataset,
+    make_dataset,
+    measure_state_encoding,
+    read_events_arrow,
+)
 from .kinds import (
     BATCH,
     CORE,
@@ -55,6 +62,23 @@ def interleaved(kinds: list, repeats: int) -> list[tuple[int, object]]:
         shift = r % len(kinds)
         order += [(r, k) for k in kinds[shift:] + kinds[:shift]]
     return order
+
+
+def table_files(args) -> int:
+    """The event files of the main table's dataset: ``--files``, else its profile's.
+
+    :param args: the parsed command line.
+    """
+    return args.files or PROFILES[args.profile].files
+
+
+def mode_files(args) -> int:
+    """The event files of the levers' and the join's datasets, which the standard generator
+    makes whatever the profile: ``--files``, else the standard profile's.
+
+    :param args: the parsed command line.
+    """
+    return args.files or PROFILES[DEFAULT_PROFILE].files
 
 
 def run_size(bench: Bench, dataset: Dataset, variants: list[tuple[str, int]],
@@ -114,8 +138,9 @@ def warm_up(bench: Bench, args) -> None:
 
 
 def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) -> dict:
-    """Every kind of ``kinds``, ``args.repeats`` times, on one dataset of about ``events``
-    records tagged ``label``; return its summaries, runs, state encoding and rendered table.
+    """Every kind of ``kinds``, ``args.repeats`` times, on one dataset of ``args.profile``
+    (``datasets.PROFILES``) of about ``events`` records tagged ``label``; return its summaries,
+    runs, state encoding, event time per micro-batch and rendered table.
 
     :param bench: the benchmark's session, scratch space and samplers.
     :param args: the parsed command line.
@@ -123,8 +148,9 @@ def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) ->
     :param events: about how many records the dataset has.
     :param label: the dataset's name.
     """
-    dataset = make_dataset(bench.work / "data" / label, events, args.files, args.seed, label,
-                           args.models)
+    profile = PROFILES[args.profile]
+    dataset = make_dataset(bench.work / "data" / label, events, table_files(args), args.seed,
+                           label, args.models, **profile.generator)
     variants = table_variants(kinds, args.allowed_lateness)
     results = run_size(bench, dataset, variants, args.repeats)
     summaries = summarise(results, variants)
@@ -134,6 +160,9 @@ def main_table(bench: Bench, args, kinds: list[str], events: int, label: str) ->
         encoding = measure_state_encoding(dataset, read_events_arrow(dataset.events_dir))
     shutil.rmtree(dataset.root, ignore_errors=True)
     return {"label": label, "records": dataset.records, "files": dataset.files,
+            "profile": {"name": args.profile, **asdict(profile)},
+            "batch_event_time_s": dataset.batch_event_times_s(args.max_files_per_trigger),
+            "event_time_s": dataset.event_time_s,
             "goals": dataset.goals, "attributed": dataset.attributed,
             "summaries": [asdict(s) for s in summaries],
             "runs": [r.as_dict() for r in results], "state_encoding": encoding,
@@ -253,7 +282,7 @@ def lever_mode(bench: Bench, args) -> dict:
     :param bench: the benchmark's session, scratch space and samplers.
     :param args: the parsed command line.
     """
-    dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, args.files,
+    dataset = make_dataset(bench.work / "data" / "levers", args.lever_events, mode_files(args),
                            args.seed, "levers", args.models)
     reference = bench.run(CORE, dataset, 0)
     print(f"\n== levers: {dataset.records:,} records, {dataset.files} files, one per micro-batch; "
@@ -297,7 +326,7 @@ def join_mode(bench: Bench, args) -> dict:
     from jobs.join_job import parse_args as join_args
     from jobs.join_job import run as join_run
 
-    dataset = make_dataset(bench.work / "data" / "join", args.join_events, args.files,
+    dataset = make_dataset(bench.work / "data" / "join", args.join_events, mode_files(args),
                            args.seed, "join")
     print(f"\n== click-through join: {dataset.records:,} records, {dataset.files} files, "
           f"one per micro-batch (native window count as the reference) ==")

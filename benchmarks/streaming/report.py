@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, files_counterpart, run_label
+from .kinds import BATCH, CORE, NATIVE, RUN_LABELS, counterpart, run_label
 from .sampling import MIB
 
 if TYPE_CHECKING:
@@ -82,19 +82,21 @@ def summarise(results: list[RunResult], variants: list[tuple[str, int]]) -> list
 
 
 def source_ratios(summaries: list[Summary]) -> list[dict]:
-    """For each row of a kind that reads another input than the files (a Kafka topic), its
-    ratios to the row of the same query on the files at the same allowed lateness, in the
-    table's convention: its events/s over theirs, their CPU seconds over its.
+    """For each row of a kind that reads another input than the files (a Kafka topic) or writes
+    another format than Parquet (Delta), its ratios to the row of the same query on the files
+    into Parquet at the same allowed lateness (``kinds.counterpart``), in the table's
+    convention: its events/s over theirs, their CPU seconds over its.
 
     :param summaries: the table's rows, as ``summarise`` returns them.
     """
     rows = {(s.kind, s.allowed_lateness_ms): s for s in summaries}
     out = []
     for s in summaries:
-        files = rows.get((files_counterpart(s.kind), s.allowed_lateness_ms))
+        other = counterpart(s.kind)
+        files = rows.get((other[0], s.allowed_lateness_ms)) if other else None
         if files is None:
             continue
-        out.append({"kind": s.kind, "files_kind": files.kind,
+        out.append({"kind": s.kind, "files_kind": files.kind, "word": other[1],
                     "allowed_lateness_ms": s.allowed_lateness_ms,
                     "seconds": s.seconds, "files_seconds": files.seconds,
                     "ratio": s.events_per_s / files.events_per_s,
@@ -167,6 +169,17 @@ def fmt_bytes(value: Optional[int]) -> str:
     return f"{value / 1024:.0f} KiB"
 
 
+def fmt_seconds(seconds: float) -> str:
+    """A duration of event time in the largest unit that keeps it at least 1: s, min, h or days.
+
+    :param seconds: the duration, seconds.
+    """
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def machine_description() -> str:
     """Cores, CPU model, memory and the Python, PySpark and Java versions."""
     cpu = "unknown CPU"
@@ -210,15 +223,22 @@ def print_main(section: dict, args) -> None:
     :param section: one dataset's results.
     :param args: the parsed command line.
     """
-    print(f"\n== {section['label']}: {section['records']:,} input records (Parquet, "
-          f"{section['files']} files incl. heartbeat, maxFilesPerTrigger="
-          f"{args.max_files_per_trigger}), median of {args.repeats} interleaved run(s) ==")
+    profile = section["profile"]
+    spans = section["batch_event_time_s"]
+    print(f"\n== {section['label']}, {profile['name']} profile ({profile['description']}): "
+          f"{section['records']:,} input records (Parquet, {section['files']} files incl. "
+          f"heartbeat, maxFilesPerTrigger={args.max_files_per_trigger}), median of "
+          f"{args.repeats} interleaved run(s) ==")
+    if spans:
+        print(f"event time per micro-batch (heartbeat aside): median "
+              f"{fmt_seconds(statistics.median(spans))}, longest {fmt_seconds(max(spans))}; "
+              f"all of it {fmt_seconds(section['event_time_s'])}")
     print(section["table"])
     for r in section["source_ratios"]:
-        print(f"{run_label(r['kind'], r['allowed_lateness_ms'])}: x files {r['ratio']:.2f} "
+        print(f"{run_label(r['kind'], r['allowed_lateness_ms'])}: {r['word']} {r['ratio']:.2f} "
               f"(events/s over those of '{RUN_LABELS[r['files_kind']]}', the same query on the "
-              f"files), x files CPU {fmt_number(r['cpu_ratio'], '.2f')}; median "
-              f"{r['seconds']:.1f}s against {r['files_seconds']:.1f}s")
+              f"files into Parquet), {r['word']} CPU {fmt_number(r['cpu_ratio'], '.2f')}; "
+              f"median {r['seconds']:.1f}s against {r['files_seconds']:.1f}s")
     print(f"goals {section['goals']:,}, attributed {section['attributed']:,} (from the core; "
           "every Spark run's counts must match: column 'check')")
     enc = section["state_encoding"]

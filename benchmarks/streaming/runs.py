@@ -1,7 +1,7 @@
 """Running one kind: the native count, the attribution job on each backend or in batch mode, on
-the dataset's files or its Kafka topic, the bare attribution query (for levers) and the
-pure-Python core, each timed with its memory, CPU and micro-batch progress recorded and its
-answer checked."""
+the dataset's files or its Kafka topic, into Parquet files or a Delta table, the bare
+attribution query (a row of the main table, and the levers) and the pure-Python core, each
+timed with its memory, CPU and micro-batch progress recorded and its answer checked."""
 from __future__ import annotations
 
 import shutil
@@ -12,9 +12,21 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from attribution.config import parse_duration_ms, spark_interval
+from commandline.exits import ExitCode, Failure
 
 from .datasets import Dataset, closed_window_events, read_events_arrow
-from .kinds import CORE, FILES, JOB_RUNS, KAFKA_TOPIC, NATIVE, NATIVE_WINDOW
+from .kinds import (
+    BARE,
+    BARE_BACKEND,
+    CORE,
+    FILES,
+    JOB_RUNS,
+    KAFKA_TOPIC,
+    NATIVE,
+    NATIVE_WINDOW,
+    PARQUET,
+    RUN_KINDS,
+)
 from .listeners import (
     ProgressRecorder,
     StateStats,
@@ -171,6 +183,8 @@ class Bench:
         try:
             if kind in JOB_RUNS:
                 return self._job(kind, dataset, repeat, scratch, **job_options)
+            if kind == BARE:
+                return self.run_bare(dataset, BARE_BACKEND, kind=BARE, repeat=repeat)
             if kind == NATIVE:
                 return self._native(dataset, repeat, scratch)
             return self._core(dataset, repeat)
@@ -214,7 +228,7 @@ class Bench:
                 "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
                 "--dedup-window", f"{dataset.config.dedup_window_ms} ms",
-                "--models", ",".join(dataset.config.models)]
+                "--models", ",".join(dataset.config.models), *output_options(job.sink)]
         if not streaming:
             argv += ["--mode", "batch"]
         else:
@@ -239,13 +253,17 @@ class Bench:
                          allowed_lateness_ms=allowed_lateness_ms if streaming else 0)
 
     def run_bare(self, dataset: Dataset, backend: str, conf: Optional[dict] = None,
-                 **stream_options) -> RunResult:
-        """The attribution query alone (no validation, no dead-letter query), for levers:
-        ``stream_options`` go to ``attribution_stream``, ``conf`` is set for this run only.
+                 kind: Optional[str] = None, repeat: int = 0, **stream_options) -> RunResult:
+        """The attribution query alone (file source, stateful stage, Parquet sink: no
+        validation, no dead-letter query, no date partitions), for the main table's ``bare``
+        row and the levers: ``stream_options`` go to ``attribution_stream``, ``conf`` is set
+        for this run only. Its answer is checked once the core has given its own.
 
         :param dataset: the input.
         :param backend: the stateful backend.
         :param conf: Spark configuration for this run only, or ``None``.
+        :param kind: the result's kind (default: ``backend``).
+        :param repeat: which repeat this is.
         :param stream_options: options for ``attribution_stream``.
         """
         from pyspark.sql import functions as F
@@ -278,9 +296,11 @@ class Bench:
             shutil.rmtree(scratch, ignore_errors=True)
         check = "ok" if (counts.goals, counts.attributed) == (dataset.goals, dataset.attributed) \
             else f"FAIL: {counts.goals} / {counts.attributed}"
-        return RunResult(backend, dataset.label, 0, dataset.records, seconds, memory,
-                         state_stats(batches), len(batches), counts.goals, counts.attributed,
-                         check)
+        if not dataset.goals:  # no core run to check against (e.g. the warm-up)
+            check = "n/a"
+        return RunResult(kind or backend, dataset.label, repeat, dataset.records, seconds,
+                         memory, state_stats(batches), len(batches), counts.goals,
+                         counts.attributed, check, micro_batch_figures(batches))
 
     # (d)
     def _core(self, dataset: Dataset, repeat: int) -> RunResult:
@@ -332,6 +352,39 @@ def kafka_input(bench: Bench, dataset: Dataset, streaming: bool) -> list[str]:
 
 # A ``JobRun``'s source -> the job's input options for a dataset.
 INPUTS = {FILES: files_input, KAFKA_TOPIC: kafka_input}
+
+
+def job_output_formats() -> tuple[str, ...]:
+    """The formats the attribution job's ``--output-format`` offers; none when the job has no
+    such option, its output being Parquet files then."""
+    from commandline.options import option_fields
+    from jobs.attribution_job import AttributionSettings
+
+    return next((f.metadata["choices"] for f in option_fields(AttributionSettings)
+                 if f.name == "output_format"), ())
+
+
+def output_options(sink: str) -> list[str]:
+    """The job's options to write its output as ``sink`` (a ``JobRun``'s sink), named even
+    when it is the job's default, so that a row measures the format it says.
+
+    :param sink: the output format, ``parquet`` or ``delta``.
+    :raises Failure: the job cannot write ``sink``.
+    """
+    formats = job_output_formats()
+    if sink in formats:
+        return ["--output-format", sink]
+    if not formats and sink == PARQUET:
+        return []
+    raise Failure(ExitCode.USAGE, f"the attribution job cannot write {sink} output "
+                  f"(--output-format offers {', '.join(formats) or 'nothing: Parquet only'})")
+
+
+def available_kinds() -> tuple[str, ...]:
+    """The kinds of ``RUN_KINDS`` this checkout can run: those of the job whose output format
+    the job offers."""
+    return tuple(kind for kind in RUN_KINDS if kind not in JOB_RUNS
+                 or JOB_RUNS[kind].sink in (job_output_formats() or (PARQUET,)))
 
 
 def goal_counts(rows, model: str) -> tuple[int, int]:

@@ -25,16 +25,17 @@ from benchmarks.streaming.cost_model import (
     scaling_check,
     sst_bytes_per_event,
 )
-from benchmarks.streaming.datasets import make_dataset
+from benchmarks.streaming.datasets import PROFILES, make_dataset
 from benchmarks.streaming.kinds import (
     DEFAULT_LAYOUT,
     JOB_LAYOUT_LABELS,
     JOB_LAYOUTS,
-    RUN_KINDS,
     RUN_LABELS,
+    STREAMING_KINDS,
 )
 from benchmarks.streaming.modes import interleaved
 from benchmarks.streaming.report import plateau_verdict
+from benchmarks.streaming.runs import available_kinds
 from benchmarks.streaming.sampling import cpu_between
 from benchmarks.streaming.sustainable import (
     SUSTAINABLE_KINDS,
@@ -42,6 +43,7 @@ from benchmarks.streaming.sustainable import (
     bisect_rates,
     percentile,
 )
+from generators.params import GeneratorParams, duration_ms
 from jvm.kafka_local import BrokerDir
 from support import ROOT
 
@@ -54,9 +56,11 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
 
     section = results["main"]
     rows = {s["kind"]: s for s in section["summaries"]}
-    assert list(rows) == list(RUN_KINDS)
-    for kind in RUN_KINDS:
+    kinds = available_kinds()   # the Delta-sink row once the job writes Delta
+    assert list(rows) == list(kinds) and "bare" in kinds
+    for kind in kinds:
         assert RUN_LABELS[kind] in out
+    assert "main, standard profile (" in out
     assert 1_500 <= section["records"] <= 3_000
     assert section["goals"] > 0 and 0 < section["attributed"] <= section["goals"]
     for kind, row in rows.items():
@@ -64,15 +68,14 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
         assert row["seconds"] > 0 and row["events_per_s"] > 0
         assert row["total_mib"] > 0
     assert rows["native"]["ratio"] == pytest.approx(1.0)
-    for kind in ("native", "applyInPandasWithState", "transformWithState", "kafka"):
+    for kind in ("native", "bare", *(k for k in STREAMING_KINDS if k in rows)):
         assert rows[kind]["batches"] >= 4          # 3 files + heartbeat, one per micro-batch
         assert rows[kind]["jvm_mib"] > 100        # the JVM was found and sampled
         assert rows[kind]["state_peak_rows"] > 0
         assert rows[kind]["state_sst_bytes"] is not None
     # Python workers exist only for the runs that call Python; the native count needs none.
-    assert rows["applyInPandasWithState"]["workers_mib"] > 0
-    assert rows["transformWithState"]["workers_mib"] > 0
-    assert rows["kafka"]["workers_mib"] > 0
+    for kind in ("bare", *(k for k in STREAMING_KINDS if k in rows)):
+        assert rows[kind]["workers_mib"] > 0
     # The Kafka source: the same events from a topic, every record read, in as many micro-batches
     # as the files make, and its ratio to the same query on the files printed under the table.
     kafka, files = rows["kafka"], rows["applyInPandasWithState"]
@@ -80,7 +83,9 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
     for run_ in section["runs"]:
         if run_["kind"] in ("kafka", "applyInPandasWithState"):
             assert sum(b["input_rows"] for b in run_["micro_batches"]) == section["records"]
-    [ratio] = section["source_ratios"]
+    ratios = {r["kind"]: r for r in section["source_ratios"]}
+    assert list(ratios) == [k for k in ("kafka", "delta") if k in rows]
+    ratio = ratios["kafka"]
     assert (ratio["kind"], ratio["files_kind"]) == ("kafka", "applyInPandasWithState")
     assert ratio["ratio"] == pytest.approx(kafka["events_per_s"] / files["events_per_s"])
     assert ratio["cpu_ratio"] == pytest.approx(files["cpu_seconds"] / kafka["cpu_seconds"])
@@ -98,8 +103,43 @@ def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
     assert rows["transformWithState"]["state_peak_rows"] == encoding["users_with_state"]
     buckets = users.select(F.pmod(F.xxhash64("user_id"), F.lit(DEFAULT_STATE_BUCKETS))).distinct()
     assert rows["applyInPandasWithState"]["state_peak_rows"] == buckets.count()
+    assert rows["bare"]["state_peak_rows"] == buckets.count()   # the same query, the same state
     assert 0 < encoding["blob_bytes_per_event"] < 10 * encoding["avro_bytes_per_event"]
     assert (tmp_path / "r.json").read_text().startswith("{")
+
+
+def test_realistic_profile_spans_minutes_of_event_time_per_micro_batch(spark, tmp_path, capsys):
+    # The realistic profile at a few thousand events over a few files (so hours, not its
+    # minutes, per micro-batch): the rows, and each micro-batch's event time, as Spark reports
+    # it, within the profile's day split over the files (plus the arrival disorder).
+    profile = PROFILES["realistic"]
+    files = 4
+    args = parse_args(["--profile", "realistic", "--events", "2000", "--files", str(files),
+                       "--repeats", "1", "--no-warmup", "--no-state-encoding",
+                       "--runs", "native,bare,applyInPandasWithState,core",
+                       "--work-dir", str(tmp_path / "work")])
+    section = run(spark, args)["main"]
+    out = capsys.readouterr().out
+    rows = {s["kind"]: s for s in section["summaries"]}
+    assert list(rows) == ["native", "bare", "applyInPandasWithState", "core"]
+    assert all(row["check"] == "ok" for row in rows.values()), rows
+    assert rows["native"]["ratio"] == pytest.approx(1.0)
+    assert all(row["ratio"] > 0 for row in rows.values())
+    assert f"main, realistic profile ({profile.description})" in out
+    assert section["profile"]["generator"] == profile.generator
+    day_ms = duration_ms(profile.generator["total_span"])
+    assert 0.8 * day_ms <= section["event_time_s"] * 1000 < day_ms     # all within one day
+    spans = section["batch_event_time_s"]
+    assert len(spans) == files
+    # A file of the arrival order holds a slice of the day, at most twice an even share (users
+    # start over its first 20 h, so its first hours are thinner), widened by at most the
+    # arrival disorder at either end.
+    slack_ms = 2 * duration_ms(GeneratorParams().max_delay)
+    assert all(0 < s * 1000 <= 2 * day_ms / files + slack_ms for s in spans), spans
+    for run_ in section["runs"]:
+        if run_["kind"] in ("bare", "applyInPandasWithState"):
+            seen = [b["event_time_s"] for b in run_["micro_batches"] if b["input_rows"] > 1]
+            assert seen == pytest.approx(spans)   # Spark's micro-batches are the files
 
 
 @pytest.mark.slow
