@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, Path]
 SINK_LOG_DIR = "_spark_metadata"
+DELTA_LOG_DIR = "_delta_log"  # a Delta table's transaction log: its presence makes a path Delta
 SUCCESS_MARKER = "_SUCCESS"
 # A backfill's record of the goal dates it is replacing, from its start until it has finished;
 # the job removes SUCCESS_MARKER meanwhile (``attribution.spark.backfill``).
@@ -225,9 +226,16 @@ def read_attributions(path: PathLike) -> "pd.DataFrame":
     return read_output_table(path).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
+def _remote_delta(spark, path: str) -> bool:
+    jvm = spark._jvm
+    log = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/" + DELTA_LOG_DIR)
+    return log.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log)
+
+
 def read_attributions_spark(spark, path: PathLike):
-    """The committed rows of a job's output as a Spark DataFrame (``spark.read.parquet``, which
-    honours the file sink's log), with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and
+    """The committed rows of a job's output as a Spark DataFrame: a Delta table's latest
+    version (``spark.read.format("delta")``), or Parquet output through ``spark.read.parquet``,
+    which honours the file sink's log; with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and
     ``goal_date`` (a date) last: Spark's partition column of partitioned output, so that a filter
     on it reads only the dates asked for; derived from ``goal_ts`` for output written flat.
 
@@ -239,9 +247,13 @@ def read_attributions_spark(spark, path: PathLike):
 
     from .layout import utc_date
 
-    if "://" not in str(path):
-        committed_files(path)
-    frame = spark.read.parquet(str(path))
+    if (Path(str(path)) / DELTA_LOG_DIR).is_dir() or (
+            "://" in str(path) and _remote_delta(spark, str(path))):
+        frame = spark.read.format("delta").load(str(path))  # its latest committed version
+    else:
+        if "://" not in str(path):
+            committed_files(path)
+        frame = spark.read.parquet(str(path))
     absent = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if absent:
         raise NotAttributionOutput(f"{path} is not attribution output: it lacks the columns "
