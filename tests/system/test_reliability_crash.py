@@ -235,7 +235,7 @@ class CrashedRun:
     def start(self, trigger: str = "1 second") -> JobProcess:
         self.runs += 1
         return JobProcess(self.tmp_path / f"run-{self.runs}.log", [
-            *self.trickle.options, "--output", str(self.output),
+            *self.trickle.options, "--output", str(self.output), "--output-format", "parquet",
             "--checkpoint", str(self.checkpoint), "--dead-letter", str(self.dead),
             "--late-records", str(self.late), "--trigger", trigger,
             "--master", "local[2]", "--shuffle-partitions", "2", *self.options], self.env)
@@ -532,6 +532,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     reference = tmp_path / "uninterrupted"
     staged = stage_in_arrival_order(files, reference / "events")
     args = parse_args(["--events", str(staged), "--output", str(reference / "out"),
+                       "--output-format", "parquet",
                        "--checkpoint", str(reference / "checkpoint"), "--quiet",
                        "--max-files-per-trigger", "1", *options])
     with spark_conf(spark, ONE_FILE_PER_BATCH):
