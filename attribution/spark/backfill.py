@@ -378,8 +378,8 @@ def _existing_delta_rows(spark, output: str, window: GoalWindow) -> Optional[Dat
         return None
     frame = (spark.read.format("delta").load(output)
              .filter(F.col(PARTITION_COLUMN) >= F.lit(window.first)))
-    return frame.select(*(F.col(f.name).cast(f.dataType).alias(f.name)
-                          for f in spark_struct(OUTPUT_SCHEMA).fields))
+    # The job wrote the table in the output schema: its columns, by name, as they are.
+    return frame.select(*(f.name for f in spark_struct(OUTPUT_SCHEMA).fields))
 
 
 def affected_users(events: DataFrame, existing: Optional[DataFrame], window: GoalWindow,
