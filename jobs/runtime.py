@@ -20,7 +20,7 @@ import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from commandline.exits import ExitCode, Failure
 from commandline.paths import check_readable_dir, check_writable_dir, is_remote
@@ -500,25 +500,6 @@ def classified_stream(spark, settings, limited: bool = True):
 
     raw = settings.source.read_stream(spark, limited)
     return classify(raw, settings.source, settings.max_future_skew_ms, settings.max_future_skew)
-
-
-def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):
-    """Start writing ``rows`` to ``--output`` with Spark's exactly-once Parquet file sink,
-    under ``--checkpoint`` and ``--trigger``; return the ``StreamingQuery``.
-
-    :param rows: the streaming DataFrame of the job's output.
-    :param settings: the job's ``JobSettings``.
-    :param query_name: the query's name in Spark's UI and progress.
-    :param partition_columns: the columns the output is partitioned by (``layout.by_date``).
-    """
-    from attribution.spark.pipeline import apply_trigger
-
-    writer = (rows.writeStream.format("parquet").outputMode("append")
-              .partitionBy(*partition_columns)
-              .option("path", settings.output)
-              .option("checkpointLocation", settings.checkpoint)
-              .queryName(query_name))
-    return apply_trigger(writer, settings.trigger).start()
 
 
 def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
