@@ -211,7 +211,8 @@ class Bench:
         streaming = job.backend is not None
         argv = [*INPUTS[job.source](self, dataset, streaming),
                 "--output", str(scratch / "out"), "--output-format", "parquet",
-                "--checkpoint", str(scratch / "checkpoint"), "--watermark-delay", dataset.watermark_delay, "--quiet",
+                "--checkpoint", str(scratch / "checkpoint"),
+                "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
                 "--dedup-window", f"{dataset.config.dedup_window_ms} ms",
                 "--models", ",".join(dataset.config.models)]
