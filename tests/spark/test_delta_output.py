@@ -264,7 +264,6 @@ def test_a_backfill_of_a_delta_output_is_one_commit_and_equals_the_full_run(spar
     # replaceWhere: an overwrite of the planned dates only, in the window or after it.
     replaced = commits[1]["operationParameters"]
     assert replaced["mode"] == "Overwrite" and replaced["predicate"].startswith("goal_date IN")
-    first = dt.date.fromisoformat(window[0])
-    assert [r for r in table_rows(out) if dt.date.fromtimestamp(r.goal_ts / 1000, dt.timezone.utc)
-            < first] == [r for r in before
-                         if dt.date.fromtimestamp(r.goal_ts / 1000, dt.timezone.utc) < first]
+    start_ms = dt.datetime.fromisoformat(window[0] + "T00:00:00+00:00").timestamp() * 1000
+    assert [r for r in table_rows(out) if r.goal_ts < start_ms] == [
+        r for r in before if r.goal_ts < start_ms]  # goals before the window keep their rows
