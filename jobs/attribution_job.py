@@ -65,7 +65,7 @@ from attribution.spark.pipeline import (
     state_buckets_for,
     users_counted_by_change,
 )
-from attribution.spark.sinks import SINKS, Sink
+from attribution.spark.sinks import SINKS, DeltaSink, OutputFormatRefused, Sink
 from attribution.spark.sinks.kafka import TopicRefused
 from attribution.spark.storage import available
 from attribution.spark.validation import (
@@ -238,6 +238,11 @@ class AttributionSettings(JobSettings):
         "the row it holds, so a consumer that drops repeated keys reads every row once "
         "(docs/attribution-job.md). The dead letter and the late records still go to their "
         "directories (by default beside --output)", OUTPUT, metavar="TOPIC")
+    current_table: Optional[str] = option(
+        None, "stream mode, Delta --output: also keep a Delta table at DIR holding the fold of "
+        "the changelog: one row per goal, model and credited impression as of its latest "
+        "revision, retracted rows gone; one MERGE per micro-batch, applied once even when a "
+        "micro-batch runs again after a crash", OUTPUT, metavar="DIR")
     report_json: Optional[str] = option(None, "also write the final report as JSON to FILE",
                                         OUTPUT, metavar="FILE")
 
@@ -279,6 +284,10 @@ class AttributionSettings(JobSettings):
             raise ValueError("--output-topic takes a stream's changelog; --mode batch writes "
                              "its rows to --output (a batch run's output, like a backfill's, "
                              "replaces what is there, which a topic cannot)")
+        if self.current_table is not None and (self.mode == "batch" or self.output_topic):
+            raise ValueError("--current-table folds a stream's changelog into a Delta table "
+                             "beside --output; a --mode batch output holds no revisions (it is "
+                             "its own current table), and --output-topic writes no table")
         if config.revising and self.backend == "transformWithState" \
                 and self.tws_state == "declared":
             raise ValueError("--allowed-lateness and --early-results need --tws-state compact: "
@@ -291,13 +300,19 @@ class AttributionSettings(JobSettings):
 
 
     def output_sink(self, flat: bool = False) -> Sink:
-        """Where the attribution rows go: ``--output-topic``'s topic, else ``--output``'s
-        Parquet files laid out by goal date (``OUTPUTS``).
+        """Where the attribution rows go: ``--output-topic``'s topic, else ``--output`` laid
+        out by goal date, as a Delta table or Parquet files (``resolved_output_format``;
+        ``OUTPUTS``).
 
         :param flat: the directory was written without date partitions by an earlier version
             (``kept_flat``), and keeps that layout.
         """
-        return OUTPUTS["kafka" if self.output_topic else "files"](self, flat)
+        kind = "kafka" if self.output_topic else self.resolved_output_format()
+        if self.current_table is not None and kind != "delta":
+            raise OutputFormatRefused(
+                f"--current-table needs a Delta --output; {self.output} holds Parquet files: "
+                "give a new --output (Delta by default), or leave --current-table out")
+        return OUTPUTS[kind](self, flat)
 
     @property
     def output_name(self) -> str:
@@ -309,8 +324,10 @@ class AttributionSettings(JobSettings):
 
 # Where the attribution rows go -> how the settings build the sink (``sinks.SINKS``).
 OUTPUTS = {
-    "files": lambda s, flat: SINKS["parquet"](s.output, None if flat else GOAL_DATE,
-                                              one_file_per_date=True),
+    "parquet": lambda s, flat: SINKS["parquet"](s.output, None if flat else GOAL_DATE,
+                                                one_file_per_date=True),
+    "delta": lambda s, flat: SINKS["delta"](s.output, GOAL_DATE,
+                                            s.config.allowed_lateness_ms, s.current_table),
     "kafka": lambda s, flat: SINKS["kafka"](s.kafka_bootstrap_servers, s.output_topic,
                                             s.kafka_options),
 }
@@ -577,7 +594,8 @@ def _batch(spark, settings: AttributionSettings, started: float) -> RunReport:
         # instead of one per date and task. A file costs milliseconds to open and close, and a
         # dataset's goals span many dates (392 on the 1,000,000-event benchmark, where this
         # took the run from 13.7 to 11.0 s).
-        settings.output_sink().write_batch(rows.observe(emitted, *output_metrics(models)))
+        settings.output_sink().write_batch(
+            rows.observe(emitted, *output_metrics(models)))
         rejected = dead_letters(classified)
         if read.get["invalid"] == 0:
             # Nothing to find: spare the second scan (a tenth of the run on the benchmark).
@@ -594,8 +612,10 @@ def _batch(spark, settings: AttributionSettings, started: float) -> RunReport:
         extra["dead letter"] = settings.dead_letter
     else:  # only the dates whose rows the corrected input changes are rewritten
         backfill.check_target(settings.output, window)  # before Spark only for a local path
+        sink = settings.output_sink()
         outcome = backfill.run(spark, events, settings.output, window, settings.config, emitted,
-                               output_metrics(models))
+                               output_metrics(models),
+                               sink if isinstance(sink, DeltaSink) else None)
         extra = outcome.report(settings.config.dedup_window_ms)
     attributed = {m: emitted.get[metric_name("attributed", m)] for m in models}
     return RunReport(mode="batch", backend="mapInArrow", output=settings.output_name,
@@ -629,7 +649,7 @@ class AttributionJob(StreamingJob):
     groups = {ATTRIBUTION: "attribution", LATE_DATA: "late data (allowed lateness, early "
               "results)", BACKFILL: "backfill (batch mode)"}
     failures = {CheckpointMismatch: ExitCode.CHECKPOINT, TopicRefused: ExitCode.OUTPUT,
-                backfill.BackfillRefused: ExitCode.OUTPUT}
+                backfill.BackfillRefused: ExitCode.OUTPUT, OutputFormatRefused: ExitCode.OUTPUT}
 
     def waits_for_input(self, settings: AttributionSettings) -> bool:
         return settings.mode == "stream" and settings.streaming
@@ -643,6 +663,12 @@ class AttributionJob(StreamingJob):
         if settings.output_topic is not None:
             self.check_topic_outputs(settings)
             return
+        try:
+            settings.output_sink()  # an --output-format that contradicts --output's
+        except OutputFormatRefused as err:
+            raise Failure(ExitCode.OUTPUT, str(err)) from None
+        if settings.current_table is not None:
+            check_writable_dir(settings.current_table, "--current-table", ExitCode.OUTPUT)
         if settings.mode != "batch":
             super().check_outputs(settings)
             return

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
+from attribution.spark.sinks import OutputFormatRefused
 from attribution.spark.validation import unreadable_input
 from commandline.exits import ExitCode, Failure, report_failure
 from commandline.options import OneLineParser, add_options, settings_from
@@ -127,6 +128,10 @@ class StreamingJob:
         :raises Failure: ``ExitCode.CHECKPOINT`` or ``ExitCode.OUTPUT``.
         """
         check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
+        try:
+            settings.resolved_output_format()  # --output-format against what --output holds
+        except OutputFormatRefused as err:
+            raise Failure(ExitCode.OUTPUT, str(err)) from None
         check_sink_directory(settings.output, "--output", settings.checkpoint)
         check_dead_letter_directory(settings)
 

@@ -8,7 +8,8 @@ target_url, and the visit's referer is the impression's source_url. The input is
 the attribution job's (invalid records go to a dead letter with their reason), each side is
 deduplicated by ``event_id`` within its watermark, and the join is built with
 ``joins.stream_join`` under the chosen cleanup strategy. Its rows, in the columns of
-``CLICK_COLUMNS``, are written as Parquet through Spark's exactly-once file sink.
+``CLICK_COLUMNS``, are written exactly once to a Delta table (Delta's streaming sink) or as
+Parquet through Spark's file sink (``--output-format``).
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ from pyspark.sql import functions as F
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms
 from attribution.spark import click_join
+from attribution.spark.sinks import SINKS
 from attribution.spark.validation import valid_events
 from commandline.exits import ExitCode, exit_codes_help
 from commandline.options import option
 from commandline.signals import StopRequests
 from jobs.command import StreamingJob
 from jobs.progress import MicroBatchProgress
-from jobs.runtime import DeadLetterOutput, classified_stream, follow_queries, start_file_sink
+from jobs.runtime import DeadLetterOutput, classified_stream, follow_queries
 from jobs.settings import JobSettings, duration
 from joins import JOIN_TYPES, JoinSpecError, JoinStateCollector, check_cleanup, inspect_join
 from joins.inspect import InspectionError
@@ -90,7 +92,7 @@ Spark's raw plan text of the join is kept apart, under "spark_plan".
 def schema_help() -> str:
     """The output schema as --help text, from ``click_join.CLICK_COLUMNS``."""
     width = max(len(c.name) for c in click_join.CLICK_COLUMNS)
-    lines = ["output columns (Parquet; with --how left_semi only user_id and the impression_ "
+    lines = ["output columns (with --how left_semi only user_id and the impression_ "
              "columns; in an", "outer join, the columns of the side without a match are null):"]
     lines += [f"  {c.name:<{width}}  {c.kind():<9}  {c.doc}" for c in click_join.CLICK_COLUMNS]
     return "\n".join(lines) + "\n"
@@ -301,6 +303,12 @@ class ClickJoinRun(MicroBatchProgress):
         return "\n".join(lines)
 
 
+# --output's format (``JobSettings.resolved_output_format``) -> its sink. The joined rows have
+# no completeness frontier: a Delta output is written by Delta's own streaming sink.
+JOIN_OUTPUTS = {"delta": lambda path: SINKS["delta"](path, frontier=False),
+                "parquet": lambda path: SINKS["parquet"](path)}
+
+
 def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> ClickJoinRun:
     """Start the join and its dead letter; follow them until the trigger finishes
     (available-now) or ``stop`` is requested.
@@ -322,7 +330,8 @@ def run(spark, settings: JoinSettings, stop: Optional[StopRequests] = None) -> C
     output = result.df.observe(click_join.OUTPUT_METRICS, F.count(F.lit(1)).alias("rows"))
     dead_letters = DeadLetterOutput(spark, settings, query_name="click_join_dead_letter",
                                     by_detected_date=False)
-    query = start_file_sink(output, settings, "click_join")
+    sink = JOIN_OUTPUTS[settings.resolved_output_format()](settings.output)
+    query = sink.start_stream(output, settings.checkpoint, settings.trigger, "click_join")
     follow = ClickJoinRun(query, result.expected, quiet=settings.quiet,
                           json_lines=settings.progress_json)
     follow_queries(query, dead_letters, stop, follow)

@@ -20,7 +20,7 @@ import time
 import traceback
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from attribution.spark.storage import available, location
 from commandline.exits import ExitCode, Failure
@@ -626,25 +626,6 @@ class DeadLetterOutput:
             self.spark, settings.checkpoint, settings.dead_letter, settings.source,
             settings.max_future_skew_ms, settings.max_future_skew, self.invalid,
             self.seen.decided, settings.source.unreadable_dead_letters)
-
-
-def start_file_sink(rows, settings, query_name: str, partition_columns: Sequence[str] = ()):
-    """Start writing ``rows`` to ``--output`` with Spark's exactly-once Parquet file sink,
-    under ``--checkpoint`` and ``--trigger``; return the ``StreamingQuery``.
-
-    :param rows: the streaming DataFrame of the job's output.
-    :param settings: the job's ``JobSettings``.
-    :param query_name: the query's name in Spark's UI and progress.
-    :param partition_columns: the columns the output is partitioned by (``layout.by_date``).
-    """
-    from attribution.spark.pipeline import apply_trigger
-
-    writer = (rows.writeStream.format("parquet").outputMode("append")
-              .partitionBy(*partition_columns)
-              .option("path", settings.output)
-              .option("checkpointLocation", settings.checkpoint)
-              .queryName(query_name))
-    return apply_trigger(writer, settings.trigger).start()
 
 
 def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Optional
 
 from attribution.config import parse_duration_ms
 from attribution.spark.formats import FORMATS
+from attribution.spark.sinks import DEFAULT_OUTPUT_FORMAT, OUTPUT_FORMATS, choose_output_format
 from attribution.spark.sources import SOURCES, EventSource
 from attribution.spark.sources.kafka import STARTING_OFFSETS
 from attribution.spark.validation import DEFAULT_MAX_FUTURE_SKEW
@@ -142,9 +143,15 @@ class JobSettings:
         "(default: %(default)s)", INPUT, kind="duration", type=duration)
 
     # -- output ----------------------------------------------------------------------------
-    output: Optional[str] = option(None, "Parquet output directory, written by Spark's "
-                                   "exactly-once file sink (default: %(default)s)", OUTPUT,
-                                   metavar="DIR")
+    output: Optional[str] = option(None, "output directory: a Delta table or Parquet files "
+                                   "(--output-format), written exactly once (default: "
+                                   "%(default)s)", OUTPUT, metavar="DIR")
+    output_format: Optional[str] = option(
+        None, "the table format of a new --output: delta (a Delta Lake table: every reader, "
+        "Spark, pandas, DuckDB, sees committed versions only) or parquet (Parquet files and "
+        "Spark's file sink log). An existing --output keeps its format, detected; a format "
+        f"contradicting it is refused (default: {DEFAULT_OUTPUT_FORMAT} for a new output)",
+        OUTPUT, choices=OUTPUT_FORMATS)
 
     # -- dead letter -----------------------------------------------------------------------
     dead_letter: Optional[str] = option(
@@ -238,6 +245,15 @@ class JobSettings:
     def streaming(self) -> bool:
         """True when the trigger keeps the query running, waiting for new files."""
         return self.trigger not in ("available-now", "once")
+
+    def resolved_output_format(self) -> str:
+        """The format ``--output`` is written in (``sinks.choose_output_format``): the one it
+        holds, else ``--output-format``, else the default. A URI ``--output`` is looked at once
+        Spark runs (before, it counts as new).
+
+        :raises OutputFormatRefused: ``--output-format`` contradicts what ``--output`` holds.
+        """
+        return choose_output_format(self.output, self.output_format)
 
     @property
     def dead_letter_checkpoint(self) -> str:

@@ -81,8 +81,10 @@ from ..schema import (
     PARTITION_SOURCE,
 )
 from .layout import is_flat, utc_date
-from .output import BACKFILL_MARKER, SINK_LOG_DIR, SUCCESS_MARKER
+from .output import BACKFILL_MARKER, DELTA_LOG_DIR, SINK_LOG_DIR, SUCCESS_MARKER
 from .pipeline import attribution_batch
+from .sinks import REPLACE_DATES, DeltaSink
+from .sinks.delta import is_delta_table
 from .storage import location
 from .types import spark_struct
 
@@ -260,6 +262,14 @@ def check_target(output: str, window: GoalWindow) -> None:
     path = location(output)
     if not path.is_dir():
         return
+    if (path / DELTA_LOG_DIR).is_dir():
+        # Written by a stream, its micro-batches' commits name their query (Delta's "txn").
+        if any('"txn"' in f.read_text() for f in (path / DELTA_LOG_DIR).glob_files("*.json")):
+            raise BackfillRefused(
+                f"--output {output} is a streaming query's Delta changelog: a backfill would "
+                "replace revised rows with a batch run's. Backfill a --mode batch output, or "
+                "give another --output")
+        return  # a Delta table replaces the window in one commit: never half written
     if (path / SINK_LOG_DIR).is_dir():
         raise BackfillRefused(
             f"--output {output} is a streaming query's output: its {SINK_LOG_DIR} log lists the "
@@ -347,6 +357,17 @@ def _existing_rows(spark, fs: _FileSystem, window: GoalWindow) -> Optional[DataF
     return frame.select(*columns)
 
 
+def _existing_delta_rows(spark, output: str, window: GoalWindow) -> Optional[DataFrame]:
+    """``_existing_rows`` of a Delta output: its current version's rows of the goal dates from
+    the window's first on (``None``: no table yet), in the output schema."""
+    if not is_delta_table(output):
+        return None
+    frame = (spark.read.format("delta").load(output)
+             .filter(F.col(PARTITION_COLUMN) >= F.lit(window.first)))
+    # The job wrote the table in the output schema: its columns, by name, as they are.
+    return frame.select(*(f.name for f in spark_struct(OUTPUT_SCHEMA).fields))
+
+
 def affected_users(events: DataFrame, existing: Optional[DataFrame], window: GoalWindow,
                    dedup_window_ms: int) -> DataFrame:
     """The users whose rows a correction of the window's input can change (module docstring),
@@ -379,7 +400,7 @@ class Plan:
 
 
 def plan(spark, events: DataFrame, output: str, window: GoalWindow,
-         config: AttributionConfig) -> Plan:
+         config: AttributionConfig, delta: bool = False) -> Plan:
     """Find the goal dates a backfill rewrites: those on which an affected user's rows, from
     the window's first date on, differ from the output's; and those an unfinished backfill
     recorded. Reads, writes nothing.
@@ -389,6 +410,7 @@ def plan(spark, events: DataFrame, output: str, window: GoalWindow,
     :param output: the ``--output`` directory (local or remote).
     :param window: the goal dates backfilled.
     :param config: the attribution's settings.
+    :param delta: ``output`` is a Delta table (else Parquet files).
     :returns: the dates, and the affected users' rows (checkpointed: computed once, and read
         again by ``rows``); no dates and no rows when the input has no event in the window.
     """
@@ -401,7 +423,8 @@ def plan(spark, events: DataFrame, output: str, window: GoalWindow,
     if not window_events.first()[0]:
         nothing = spark.createDataFrame([], spark_struct(OUTPUT_SCHEMA))
         return Plan((), nothing.withColumn(PARTITION_COLUMN, _date_of(PARTITION_SOURCE)), False)
-    existing = _existing_rows(spark, fs, window)
+    existing = (_existing_delta_rows(spark, output, window) if delta
+                else _existing_rows(spark, fs, window))
     # Each computed once (checkpoints): the users, to attribute and to compare; their rows, to
     # compare here and to write in ``rows``. The checkpoints also cut the lineage from the
     # output's files, which the write then replaces.
@@ -420,7 +443,7 @@ def plan(spark, events: DataFrame, output: str, window: GoalWindow,
     differing = (side.groupBy(*key).agg(F.sum("_side").alias("_net"))
                  .filter(F.col("_net") != 0).select(PARTITION_COLUMN).distinct())
     dates = {r[0] for r in differing.collect()}
-    marker = fs.read(BACKFILL_MARKER)
+    marker = None if delta else fs.read(BACKFILL_MARKER)
     if marker is not None:
         dates.update(dates_of_marker(marker))
     return Plan(tuple(sorted(dates)), fresh, True)
@@ -516,9 +539,11 @@ class Outcome:
 
 
 def run(spark, valid: DataFrame, output: str, window: GoalWindow, config: AttributionConfig,
-        observation, metrics: list[Column]) -> Outcome:
+        observation, metrics: list[Column], delta: Optional[DeltaSink] = None) -> Outcome:
     """Backfill ``window`` of ``output`` from the corrected input: plan, mark, write the
-    planned dates with Spark's dynamic partition overwrite, finish (module docstring).
+    planned dates with Spark's dynamic partition overwrite, finish (module docstring). Into a
+    Delta table (``delta``): plan, then replace the planned dates in one commit, which needs
+    no markers.
 
     :param spark: the session.
     :param valid: the corrected input's valid events (all of them: the history bound is
@@ -529,10 +554,11 @@ def run(spark, valid: DataFrame, output: str, window: GoalWindow, config: Attrib
     :param config: the attribution's settings.
     :param observation: a ``pyspark.sql.Observation`` the written rows are observed with.
     :param metrics: the aggregates to observe (``pipeline.output_metrics``).
+    :param delta: the sink of a Delta ``output``; ``None``: Parquet files.
     :returns: the dates planned, written and removed.
     """
     events = window.events(valid, config.dedup_window_ms)
-    planned = plan(spark, events, output, window, config)
+    planned = plan(spark, events, output, window, config, delta is not None)
     dates_written = F.collect_set(PARTITION_COLUMN).alias("_dates")
     if not planned.window_has_events:
         # An input without the window more likely is the wrong --events than a correction that
@@ -544,6 +570,16 @@ def run(spark, valid: DataFrame, output: str, window: GoalWindow, config: Attrib
     written = rows(events, planned, config)
     # Each goal date's rows in one task: one file per date, as a full batch run writes them.
     written = written.repartition(PARTITION_COLUMN).observe(observation, *metrics, dates_written)
+    if delta is not None:
+        # One commit: Delta's replaceWhere deletes the planned dates' rows and adds the new
+        # ones atomically, so readers see the window before or after, never half of it.
+        if planned.dates:
+            delta.write_batch(written, REPLACE_DATES, planned.dates)
+        else:  # nothing to replace: no commit, only the observation's count
+            written.write.format("noop").mode("overwrite").save()
+        dates = tuple(sorted(observation.get["_dates"]))
+        return Outcome(window, planned.dates, dates,
+                       tuple(d for d in planned.dates if d not in dates))
     begin(spark, output, window, planned.dates)
     (written.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
      .partitionBy(PARTITION_COLUMN).parquet(output))

@@ -8,9 +8,11 @@ from .output import ABSENT_COLUMN_DEFAULTS
 if TYPE_CHECKING:
     import pandas as pd
 
-# A row of the table is identified by its goal, its model and the impression it credits (null
-# for an organic row); a retraction repeats the row it cancels, revision included.
-ROW_KEY = ("goal_event_id", "model", "impression_event_id")
+# A goal is identified by its user and its event_id (event ids are unique within a user only,
+# spec rule 1); a row of the table by its goal, its model and the impression it credits (null
+# for an organic row). A retraction repeats the row it cancels, revision included.
+GOAL_KEY = ("user_id", "goal_event_id", "model")
+ROW_KEY = (*GOAL_KEY, "impression_event_id")
 
 
 class InconsistentChangelog(ValueError):
@@ -33,7 +35,7 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     are part of the output.
 
     Downstream, instead of folding everything again: MERGE each micro-batch's rows (or several
-    batches' rows) into a table keyed by ``(goal_event_id, model, impression_event_id)``,
+    batches' rows) into a table keyed by ``ROW_KEY`` (``--current-table`` does it),
     taking per key the row of the highest ``revision``, its retraction rather than the row if
     both are there: delete the key if it is a retraction, upsert it otherwise. Additive
     measures need no fold at all: ``SUM(sign * credit)`` or ``SUM(sign * credited_value)`` over
@@ -41,7 +43,7 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     (docs/reading-output.md has both in SQL).
 
     :param rows: a DataFrame with at least ``ROW_KEY``'s columns (``sign``, ``revision``
-        optional).
+        optional; without ``user_id`` the rows are taken as one user's).
     :returns: the folded rows, in input order, with a fresh index.
     :raises InconsistentChangelog: retractions and rows do not pair up: a retraction of a row
         never emitted, a row emitted twice without a retraction, or rows of two revisions of
@@ -51,8 +53,12 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
     for column in ("sign", "revision"):
         if column not in frame.columns:
             frame[column] = ABSENT_COLUMN_DEFAULTS[column]
+    # A frame without users (rows of one user, cut down by hand) keys by the rest.
+    anonymous = "user_id" not in frame.columns
+    if anonymous:
+        frame["user_id"] = ""
     if frame.empty:
-        return frame.reset_index(drop=True)
+        return rows.assign(**{c: frame[c] for c in ("sign", "revision")}).reset_index(drop=True)
     key = [*ROW_KEY, "revision"]
     # dropna=False: organic rows, with no impression_event_id, are rows like any other.
     net = frame.groupby(key, dropna=False, sort=False)["sign"].transform("sum")
@@ -66,10 +72,10 @@ def fold_changelog(rows: "pd.DataFrame") -> "pd.DataFrame":
             f"impression {bad['impression_event_id']}, revision {bad['revision']} is {what}")
     standing = frame[(net == 1) & (frame["sign"] > 0)]
     folded = standing.drop_duplicates(key, keep="last").reset_index(drop=True)
-    revisions = folded.groupby(["goal_event_id", "model"], sort=False)["revision"].nunique()
+    revisions = folded.groupby(list(GOAL_KEY), sort=False)["revision"].nunique()
     stale = revisions[revisions > 1]
     if not stale.empty:
-        goal, model = stale.index[0]
+        _, goal, model = stale.index[0]
         raise InconsistentChangelog(f"inconsistent changelog: goal {goal}, model {model} has "
                                     "rows of several revisions that no retraction cancels")
-    return folded
+    return folded.drop(columns=["user_id"]) if anonymous else folded

@@ -439,11 +439,11 @@ def read_committed_output(path: PathLike, version: Optional[int] = None) -> Comm
 
 
 def read_attributions_spark(spark, path: PathLike):
-    """The committed rows of a job's output as a Spark DataFrame (``spark.read.parquet``, which
-    honours the file sink's log; ``format("delta")`` for a local Delta table), with
-    ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and ``goal_date`` (a date) last: Spark's
-    partition column of partitioned output, so that a filter on it reads only the dates asked
-    for; derived from ``goal_ts`` for output written flat.
+    """The committed rows of a job's output as a Spark DataFrame: a Delta table's latest
+    version (``spark.read.format("delta")``), or Parquet output through ``spark.read.parquet``,
+    which honours the file sink's log; with ``ABSENT_COLUMN_DEFAULTS`` for columns it lacks, and
+    ``goal_date`` (a date) last: Spark's partition column of partitioned output, so that a filter
+    on it reads only the dates asked for; derived from ``goal_ts`` for output written flat.
 
     ``spark``: the session; ``path``: the output directory (any Hadoop file system). It is
     checked first (``committed_files``), so that a missing or foreign directory raises

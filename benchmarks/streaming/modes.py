@@ -339,7 +339,8 @@ def join_mode(bench: Bench, args) -> dict:
         argv = ["--events", str(dataset.events_dir), "--format", "parquet", "--quiet",
                 "--strategy", strategy, "--watermark-delay", dataset.watermark_delay,
                 "--max-files-per-trigger", str(args.max_files_per_trigger),
-                "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint")]
+                "--output", str(scratch / "out"), "--output-format", "parquet",
+                "--checkpoint", str(scratch / "checkpoint")]
         log(f"[join] {strategy} ...")
         follow, seconds, memory, _ = bench.timed(
             lambda: join_run(bench.spark, join_args(argv)), "click_join")

@@ -224,7 +224,8 @@ class Bench:
         job = JOB_RUNS[kind]
         streaming = job.backend is not None
         argv = [*INPUTS[job.source](self, dataset, streaming),
-                "--output", str(scratch / "out"), "--checkpoint", str(scratch / "checkpoint"),
+                "--output", str(scratch / "out"),
+                "--checkpoint", str(scratch / "checkpoint"),
                 "--watermark-delay", dataset.watermark_delay, "--quiet",
                 "--lookback", lookback or f"{dataset.config.lookback_ms} ms",
                 "--dedup-window", f"{dataset.config.dedup_window_ms} ms",

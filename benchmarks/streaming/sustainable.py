@@ -190,7 +190,8 @@ def _start_job(bench: Bench, options: list, events_dir: Path, out: Path, checkpo
     from jobs.attribution_job import parse_args, run
 
     args = parse_args(["--events", str(events_dir), "--format", "parquet", "--output", str(out),
-                       "--checkpoint", str(checkpoint), "--trigger", trigger, "--quiet",
+                       "--output-format", "parquet", "--checkpoint", str(checkpoint),
+                       "--trigger", trigger, "--quiet",
                        *options])
     failures: list = []
 

@@ -40,7 +40,8 @@ def months(tmp_path_factory):
 
 def batch(spark, events: Path, output: Path, *options: str, fmt: str = "parquet"):
     args = parse_args(["--events", str(events), "--format", fmt, "--mode", "batch",
-                       "--output", str(output), "--dead-letter", str(output) + "-dead",
+                       "--output", str(output), "--output-format", "parquet",
+                       "--dead-letter", str(output) + "-dead",
                        "--quiet", *options])
     return run(spark, args)
 

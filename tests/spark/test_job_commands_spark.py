@@ -42,6 +42,7 @@ def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_
     os.utime(broken, (mtime, mtime))
 
     argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
+            "--output-format", "parquet",
             "--checkpoint", str(tmp_path / "cp"), "--max-files-per-trigger", "1", "--quiet",
             "--watermark-delay", "3 minutes", "--log-file", str(tmp_path / "spark.log")]
     assert job.main(argv) == 3

@@ -149,7 +149,9 @@ def output_rows(spark, output: Path) -> list[dict]:
     """The rows the job's file sink committed (read through its log), times in epoch ms."""
     from pyspark.sql import functions as F
 
-    frame = spark.read.parquet(str(output))
+    delta = (output / "_delta_log").is_dir()  # a new output's format: Delta
+    frame = (spark.read.format("delta").load(str(output)) if delta
+             else spark.read.parquet(str(output)))
     for name in ("impression_ts", "visit_ts"):
         if name in frame.columns:
             frame = frame.withColumn(name, F.unix_millis(name))

@@ -40,6 +40,7 @@ def test_the_reader_returns_exactly_the_committed_rows(spark, tmp_path, ch7_stre
     spark.conf.set(COMPACT_INTERVAL, "3")  # eight micro-batches: 2.compact, 5.compact, 6, 7
     try:
         run(spark, parse_args(["--events", str(ch7_stream_dir), "--output", str(out),
+                               "--output-format", "parquet",
                                "--checkpoint", str(tmp_path / "checkpoint"), "--quiet",
                                "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes"]))
     finally:
@@ -114,7 +115,8 @@ def test_the_report_runs_on_make_runs_output(spark, tmp_path):
 def test_the_report_runs_on_a_batch_job_output(spark, tmp_path):
     dataset = generate(GeneratorParams(users=60, seed=5, files=3), tmp_path / "data", plot=False)
     run(spark, parse_args(["--events", str(dataset.events_dir), "--mode", "batch", "--quiet",
-                           "--output", str(tmp_path / "attributions")]))
+                           "--output", str(tmp_path / "attributions"),
+                           "--output-format", "parquet"]))
     attributions = tmp_path / "attributions"
     assert (attributions / "_SUCCESS").exists()
     assert not (attributions / "_spark_metadata").exists()

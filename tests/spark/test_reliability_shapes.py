@@ -109,7 +109,8 @@ def _run_job(spark, tmp_path, events_dir, backend):
     options = ["--mode", "batch"] if backend == "batch" else [
         "--backend", backend, "--max-files-per-trigger", "1", "--watermark-delay", "1 minute"]
     args = parse_args(["--events", str(events_dir), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "checkpoint"), "--quiet", *options])
+                       "--output-format", "parquet", "--checkpoint",
+                       str(tmp_path / "checkpoint"), "--quiet", *options])
     report = run(spark, args)
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     return report, {r.goal_event_id: (r.impression_id, tuple(r.trail)) for r in rows}, len(rows)

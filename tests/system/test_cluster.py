@@ -229,6 +229,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                 "--conf", f"spark.eventLog.dir={(tmp_path / backend / 'events').as_uri()}",
                 str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
                 "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
+                "--output-format", "parquet",
                 "--checkpoint", str(tmp_path / backend / "checkpoint"),
                 "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
                 "--shuffle-partitions", "2"],

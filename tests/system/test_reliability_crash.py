@@ -222,13 +222,18 @@ class CrashedRun:
     same checkpoint after each; the final run processes every file left and stops."""
 
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
-                 env: Optional[dict] = None, trickle=None, uris: bool = False):
+                 env: Optional[dict] = None, trickle=None, uris: bool = False,
+                 output_format: str = "parquet"):
         """:param uris: give the job its checkpoint and outputs as ``file://`` URIs, which it
         reads and writes through Hadoop's file system (the code path of ``hdfs://``); the
-        test reads them as the local directories they are."""
+        test reads them as the local directories they are.
+        :param output_format: ``--output-format``."""
         self.uris = uris
         self.trickle = trickle or Trickle(files, tmp_path / "events")
-        self.file_output = "--output-topic" not in options
+        self.output_format = output_format
+        # Parquet part files that no log lists prove a kill after the rows were written; a
+        # topic, and a Delta table, whose commit is Delta's, are checked by the state alone.
+        self.file_output = "--output-topic" not in options and output_format == "parquet"
         self.checkpoint, self.output = tmp_path / "checkpoint", tmp_path / "out"
         self.dead, self.late = tmp_path / "dead", tmp_path / "late"
         self.tmp_path, self.options, self.env = tmp_path, options, env
@@ -240,6 +245,7 @@ class CrashedRun:
         self.runs += 1
         return JobProcess(self.tmp_path / f"run-{self.runs}.log", [
             *self.trickle.options, "--output", self.given(self.output),
+            "--output-format", self.output_format,
             "--checkpoint", self.given(self.checkpoint), "--dead-letter", self.given(self.dead),
             "--late-records", self.given(self.late), "--trigger", trigger,
             "--master", "local[2]", "--shuffle-partitions", "2", *self.options], self.env)
@@ -546,6 +552,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     reference = tmp_path / "uninterrupted"
     staged = stage_in_arrival_order(files, reference / "events")
     args = parse_args(["--events", str(staged), "--output", str(reference / "out"),
+                       "--output-format", "parquet",
                        "--checkpoint", str(reference / "checkpoint"), "--quiet",
                        "--max-files-per-trigger", "1", *options])
     with spark_conf(spark, ONE_FILE_PER_BATCH):
@@ -600,3 +607,44 @@ def spark_conf(spark, conf: dict) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+@pytest.mark.slow
+def test_sigkills_with_a_current_table_leave_both_delta_tables_as_an_uninterrupted_run(
+        spark, tmp_path, late_dataset):
+    """SIGKILLs at every kind of point into a Delta output with --current-table, an allowed
+    lateness and early results: the changelog and the current table, read outside Spark (the
+    ``deltalake`` package: committed versions only), equal those of an uninterrupted run, and
+    each table's history holds every micro-batch's commit once."""
+    from deltalake import DeltaTable
+
+    files, _ = late_dataset
+    options = ["--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS,
+               "--early-results", "--current-table", str(tmp_path / "crashed" / "current")]
+    submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
+    crashed = CrashedRun(tmp_path / "crashed", files, options, output_format="delta",
+                         env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
+    crashed.run()
+    batches = latest_offset(crashed.checkpoint) + 1
+
+    reference = tmp_path / "uninterrupted"
+    staged = stage_in_arrival_order(files, reference / "events")
+    args = parse_args(["--events", str(staged), "--output", str(reference / "out"),
+                       "--checkpoint", str(reference / "checkpoint"), "--quiet",
+                       "--max-files-per-trigger", "1", *options[:-1],
+                       str(reference / "current")])
+    with spark_conf(spark, ONE_FILE_PER_BATCH):
+        run(spark, args)
+
+    def rows(path: Path) -> list:
+        table = DeltaTable(str(path)).to_pyarrow_table()
+        return sorted(map(repr, table.to_pylist()))
+
+    def batch_ids(path: Path) -> list:
+        return sorted(json.loads(c["userMetadata"])["batch_id"]
+                      for c in DeltaTable(str(path)).history() if c.get("userMetadata"))
+
+    assert rows(crashed.output) == rows(reference / "out")
+    assert rows(tmp_path / "crashed" / "current") == rows(reference / "current")
+    assert batch_ids(crashed.output) == list(range(batches))
+    assert batch_ids(tmp_path / "crashed" / "current") == list(range(batches))
