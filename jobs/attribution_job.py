@@ -259,6 +259,10 @@ class AttributionSettings(JobSettings):
         super().__post_init__()
         if self.output_topic is not None and not self.kafka_bootstrap_servers:
             raise ValueError("--output-topic needs --kafka-bootstrap-servers HOST:PORT[,...]")
+        if self.output_topic is not None and self.output_format is not None:
+            raise ValueError(f"--output-format {self.output_format} names the format of "
+                             "--output's directory; --output-topic writes JSON records to a "
+                             "topic instead: give one of the two")
         try:
             models = parse_models(self.models)
         except ValueError as err:

@@ -256,6 +256,8 @@ def test_a_conf_that_is_not_key_value_is_one_line(job, capsys):
      "--output-topic needs --kafka-bootstrap-servers"),
     (["--events", ".", "--mode", "batch", "--kafka-bootstrap-servers", "127.0.0.1:9",
       "--output-topic", "rows"], "--output-topic takes a stream's changelog; --mode batch"),
+    (["--events", ".", "--kafka-bootstrap-servers", "127.0.0.1:9", "--output-topic", "rows",
+      "--output-format", "delta"], "--output-format delta names the format of --output's"),
 ])
 def test_output_topic_needs_servers_and_a_stream(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_:
