@@ -629,3 +629,28 @@ def signal_after_batch_1(command: Sequence[str], cwd, signum: int, to_group: boo
     if watch == "stdout":
         return job.returncode, "".join(before) + stdout, stderr
     return job.returncode, "".join(before) + stderr, stdout
+
+
+def generate_late_dataset(root: Path, *, users: int, seed: int, files: int, total_span: str,
+                          redelivery_rate: float, watermark_delay: str):
+    """A generated dataset with late records (``late_fraction`` 0.08: impressions lagging their
+    visits by 2 hours give or take 3, per source), over 2 days of users within ``total_span``,
+    written under ``root / "data"`` without its truth; the generator's result.
+
+    :param root: the directory to write under.
+    :param users: the generator's users.
+    :param seed: its seed.
+    :param files: its event files.
+    :param total_span: the event time the dataset spans.
+    :param redelivery_rate: the share of records delivered twice.
+    :param watermark_delay: the watermark delay the late records are late for.
+    """
+    from generators.dataset import generate
+    from generators.params import GeneratorParams
+
+    params = GeneratorParams(users=users, seed=seed, files=files, heartbeat=True, span="2 days",
+                             total_span=total_span, goal_fraction=0.3, paid_session_prob=0.8,
+                             disorder="per-source", impression_lag="2 hours",
+                             visit_lag="0 seconds", lag_jitter="3 hours", late_fraction=0.08,
+                             redelivery_rate=redelivery_rate, watermark_delay=watermark_delay)
+    return generate(params, root / "data", truth=False, plot=False)

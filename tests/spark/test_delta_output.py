@@ -28,7 +28,7 @@ from attribution.schema import OUTPUT_FIELDS
 from attribution.spark.files import data_files, read_events
 from attribution.spark.output import read_attributions_spark
 from jobs.attribution_job import main, parse_args, run
-from support import dropped_by_spark, folded_rows, stage_in_arrival_order
+from support import dropped_by_spark, folded_rows, generate_late_dataset, stage_in_arrival_order
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
 CH7_ROWS = {
@@ -121,16 +121,9 @@ def test_ch7_files_give_the_two_rows_in_a_delta_table(spark, tmp_path, ch7_strea
 def late_dataset(tmp_path_factory):
     """Generated files with late records (some within the allowed lateness, some not), staged in
     arrival order, and the records a stream accepts."""
-    from generators.dataset import generate
-    from generators.params import GeneratorParams
-
     root = tmp_path_factory.mktemp("delta-late")
-    params = GeneratorParams(users=16, seed=11, files=8, heartbeat=True, span="2 days",
-                             total_span="3 days", goal_fraction=0.3, paid_session_prob=0.8,
-                             disorder="per-source", impression_lag="2 hours",
-                             visit_lag="0 seconds", lag_jitter="3 hours", late_fraction=0.08,
-                             redelivery_rate=0.03, watermark_delay=DELAY)
-    result = generate(params, root / "data", truth=False, plot=False)
+    result = generate_late_dataset(root, users=16, seed=11, files=8, total_span="3 days",
+                                   redelivery_rate=0.03, watermark_delay=DELAY)
     files = [read_events(f) for f in data_files(result.events_dir)]
     dropped = dropped_by_spark(files, parse_duration_ms(DELAY) + parse_duration_ms(LATENESS))
     gone = {id(e) for records in dropped.values() for e in records}

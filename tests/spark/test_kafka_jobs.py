@@ -27,7 +27,7 @@ from commandline.exits import ExitCode
 from generators.params import KafkaTarget
 from generators.topic import TopicWriter
 from generators.writers import file_record_values
-from support import error_line, stage_in_arrival_order
+from support import error_line, generate_late_dataset, stage_in_arrival_order
 
 DELAY = "10 minutes"
 BACKENDS = {"applyInPandasWithState": [], "transformWithState": ["--backend",
@@ -37,16 +37,9 @@ BACKENDS = {"applyInPandasWithState": [], "transformWithState": ["--backend",
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """The generated dataset's files in arrival order, and how many the late ones are."""
-    from generators.dataset import generate
-    from generators.params import GeneratorParams
-
     root = tmp_path_factory.mktemp("kafka-dataset")
-    params = GeneratorParams(users=40, seed=23, files=4, heartbeat=True, span="2 days",
-                             total_span="4 days", goal_fraction=0.3, paid_session_prob=0.8,
-                             disorder="per-source", impression_lag="2 hours",
-                             visit_lag="0 seconds", lag_jitter="3 hours", late_fraction=0.08,
-                             redelivery_rate=0.05, watermark_delay=DELAY)
-    result = generate(params, root / "data", truth=False, plot=False)
+    result = generate_late_dataset(root, users=40, seed=23, files=4, total_span="4 days",
+                                   redelivery_rate=0.05, watermark_delay=DELAY)
     assert result.manifest["disorder"]["late_event_ids"], "the dataset must hold late records"
     return data_files(result.events_dir)
 

@@ -29,6 +29,7 @@ from support import (
     assert_same_rows,
     dropped_by_spark,
     folded_rows,
+    generate_late_dataset,
     revisions_by_goal,
     stage_in_arrival_order,
 )
@@ -42,16 +43,9 @@ LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
 @pytest.fixture(scope="module")
 def late_dataset(tmp_path_factory):
     """The staged files, each file's records, and the records Spark drops, by file."""
-    from generators.dataset import generate
-    from generators.params import GeneratorParams
-
     root = tmp_path_factory.mktemp("late-generated")
-    params = GeneratorParams(users=30, seed=11, files=16, heartbeat=True, span="2 days",
-                             total_span="4 days", goal_fraction=0.3, paid_session_prob=0.8,
-                             disorder="per-source", impression_lag="2 hours",
-                             visit_lag="0 seconds", lag_jitter="3 hours", late_fraction=0.08,
-                             redelivery_rate=0.03, watermark_delay=DELAY)
-    result = generate(params, root / "data", truth=False, plot=False)
+    result = generate_late_dataset(root, users=30, seed=11, files=16, total_span="4 days",
+                                   redelivery_rate=0.03, watermark_delay=DELAY)
     files = [read_events(f) for f in data_files(result.events_dir)]
     dropped = dropped_by_spark(files, parse_duration_ms(DELAY) + parse_duration_ms(LATENESS))
     # The generator's own late records (for the delay alone) include every dropped one.
