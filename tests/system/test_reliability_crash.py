@@ -223,12 +223,15 @@ class CrashedRun:
 
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
                  env: Optional[dict] = None, trickle=None, uris: bool = False,
-                 output_format: str = "parquet"):
+                 output_format: str = "parquet",
+                 after_kill: Optional[Callable[[], None]] = None):
         """:param uris: give the job its checkpoint and outputs as ``file://`` URIs, which it
         reads and writes through Hadoop's file system (the code path of ``hdfs://``); the
         test reads them as the local directories they are.
-        :param output_format: ``--output-format``."""
-        self.uris = uris
+        :param output_format: ``--output-format``.
+        :param after_kill: called after each kill that landed, before the restart (a look at
+            what readers see in a killed job's output)."""
+        self.uris, self.after_kill = uris, after_kill
         self.trickle = trickle or Trickle(files, tmp_path / "events")
         self.output_format = output_format
         # Parquet part files that no log lists prove a kill after the rows were written; a
@@ -270,6 +273,8 @@ class CrashedRun:
             self.job.kill()
             if verify(n):
                 self.kills.append(kind)
+                if self.after_kill is not None:
+                    self.after_kill()
                 return
             self.job = self.start()  # missed the window: restart on the same checkpoint, retry
         raise AssertionError(f"no kill landed {kind} in {MAX_ATTEMPTS} tries")
@@ -615,15 +620,36 @@ def test_sigkills_with_a_current_table_leave_both_delta_tables_as_an_uninterrupt
     """SIGKILLs at every kind of point into a Delta output with --current-table, an allowed
     lateness and early results: the changelog and the current table, read outside Spark (the
     ``deltalake`` package: committed versions only), equal those of an uninterrupted run, and
-    each table's history holds every micro-batch's commit once."""
+    each table's history holds every micro-batch's commit once; read the same way right after
+    each kill, each held whole micro-batches only (the uninterrupted run's table as of the same
+    micro-batch)."""
     from deltalake import DeltaTable
 
+    def rows(table: DeltaTable) -> list:
+        return sorted(map(repr, table.to_pyarrow_table().to_pylist()))
+
+    def versions_by_batch(table: DeltaTable) -> dict[int, int]:
+        return {json.loads(c["userMetadata"])["batch_id"]: c["version"]
+                for c in table.history() if c.get("userMetadata")}
+
     files, _ = late_dataset
+    crashed_current = tmp_path / "crashed" / "current"
+    # What a reader outside Spark sees right after each kill: the last micro-batch each table's
+    # history holds, and the rows.
+    seen: list[tuple[str, Optional[int], list]] = []
+
+    def look() -> None:
+        for path in (tmp_path / "crashed" / "out", crashed_current):
+            if (path / "_delta_log").is_dir():
+                table = DeltaTable(str(path))
+                seen.append((path.name, max(versions_by_batch(table), default=None),
+                             rows(table)))
+
     options = ["--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS,
-               "--early-results", "--current-table", str(tmp_path / "crashed" / "current")]
+               "--early-results", "--current-table", str(crashed_current)]
     submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
     crashed = CrashedRun(tmp_path / "crashed", files, options, output_format="delta",
-                         env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
+                         env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}, after_kill=look)
     crashed.run()
     batches = latest_offset(crashed.checkpoint) + 1
 
@@ -636,15 +662,24 @@ def test_sigkills_with_a_current_table_leave_both_delta_tables_as_an_uninterrupt
     with spark_conf(spark, ONE_FILE_PER_BATCH):
         run(spark, args)
 
-    def rows(path: Path) -> list:
-        table = DeltaTable(str(path)).to_pyarrow_table()
-        return sorted(map(repr, table.to_pylist()))
-
-    def batch_ids(path: Path) -> list:
-        return sorted(json.loads(c["userMetadata"])["batch_id"]
-                      for c in DeltaTable(str(path)).history() if c.get("userMetadata"))
-
-    assert rows(crashed.output) == rows(reference / "out")
-    assert rows(tmp_path / "crashed" / "current") == rows(reference / "current")
-    assert batch_ids(crashed.output) == list(range(batches))
-    assert batch_ids(tmp_path / "crashed" / "current") == list(range(batches))
+    final = {"out": (crashed.output, reference / "out"),
+             "current": (crashed_current, reference / "current")}
+    for crashed_table, reference_table in final.values():
+        crashed_log, reference_log = DeltaTable(str(crashed_table)), DeltaTable(
+            str(reference_table))
+        assert rows(crashed_log) == rows(reference_log)
+        # Each micro-batch committed once: its commit, and only one, carries its id.
+        assert sorted(versions_by_batch(crashed_log)) == list(range(batches))
+        assert len([c for c in crashed_log.history() if c.get("userMetadata")]) == batches
+    # After every kill, each table read outside Spark held whole micro-batches only: exactly the
+    # uninterrupted run's table as of the same last micro-batch.
+    # (The current table is created, empty, when the query first starts: both are there.)
+    assert [name for name, _, _ in seen] == ["out", "current"] * len(crashed.kills)
+    for name, last, at_kill in seen:
+        reference_table = DeltaTable(str(final[name][1]))
+        if last is None:  # no micro-batch committed yet
+            assert at_kill == [], name
+            continue
+        version = versions_by_batch(reference_table)[last]
+        assert at_kill == rows(DeltaTable(str(final[name][1]), version=version)), (name, last)
+    assert any(at_kill for _, _, at_kill in seen)
