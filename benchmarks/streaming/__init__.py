@@ -23,7 +23,7 @@ those same files, it runs:
 * (b) ``bare``: the attribution query alone (file source, stateful stage, Parquet sink; no
   validation, no dead-letter query); the attribution job streaming with ``available-now``
   into Parquet, once per backend; with the default backend, once more writing a Delta table
-  (``delta``, offered when the job has ``--output-format``), and once more reading the same
+  (``delta``), and once more reading the same
   events from a Kafka topic (``kafka``: a local broker started under the work directory, each
   dataset produced to a topic of one partition before the runs, ``maxOffsetsPerTrigger``
   making as many micro-batches as the files do); the table prints the ratio of each to the

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from attribution.config import parse_duration_ms, spark_interval
-from commandline.exits import ExitCode, Failure
 
 from .datasets import Dataset, closed_window_events, read_events_arrow
 from .kinds import (
@@ -24,8 +23,6 @@ from .kinds import (
     KAFKA_TOPIC,
     NATIVE,
     NATIVE_WINDOW,
-    PARQUET,
-    RUN_KINDS,
 )
 from .listeners import (
     ProgressRecorder,
@@ -355,37 +352,13 @@ def kafka_input(bench: Bench, dataset: Dataset, streaming: bool) -> list[str]:
 INPUTS = {FILES: files_input, KAFKA_TOPIC: kafka_input}
 
 
-def job_output_formats() -> tuple[str, ...]:
-    """The formats the attribution job's ``--output-format`` offers; none when the job has no
-    such option, its output being Parquet files then."""
-    from commandline.options import option_fields
-    from jobs.attribution_job import AttributionSettings
-
-    return next((f.metadata["choices"] for f in option_fields(AttributionSettings)
-                 if f.name == "output_format"), ())
-
-
 def output_options(sink: str) -> list[str]:
     """The job's options to write its output as ``sink`` (a ``JobRun``'s sink), named even
     when it is the job's default, so that a row measures the format it says.
 
     :param sink: the output format, ``parquet`` or ``delta``.
-    :raises Failure: the job cannot write ``sink``.
     """
-    formats = job_output_formats()
-    if sink in formats:
-        return ["--output-format", sink]
-    if not formats and sink == PARQUET:
-        return []
-    raise Failure(ExitCode.USAGE, f"the attribution job cannot write {sink} output "
-                  f"(--output-format offers {', '.join(formats) or 'nothing: Parquet only'})")
-
-
-def available_kinds() -> tuple[str, ...]:
-    """The kinds of ``RUN_KINDS`` this checkout can run: those of the job whose output format
-    the job offers."""
-    return tuple(kind for kind in RUN_KINDS if kind not in JOB_RUNS
-                 or JOB_RUNS[kind].sink in (job_output_formats() or (PARQUET,)))
+    return ["--output-format", sink]
 
 
 def goal_counts(rows, model: str) -> tuple[int, int]:
