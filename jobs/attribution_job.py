@@ -311,12 +311,16 @@ class AttributionSettings(JobSettings):
         :param flat: the directory was written without date partitions by an earlier version
             (``kept_flat``), and keeps that layout.
         """
-        kind = "kafka" if self.output_topic else self.resolved_output_format()
+        kind = self.output_kind()
         if self.current_table is not None and kind != "delta":
             raise OutputFormatRefused(
                 f"--current-table needs a Delta --output; {self.output} holds Parquet files: "
                 "give a new --output (Delta by default), or leave --current-table out")
         return OUTPUTS[kind](self, flat)
+
+    def output_kind(self) -> str:
+        """``kafka`` with ``--output-topic``, else the format of ``--output`` (``OUTPUTS``)."""
+        return "kafka" if self.output_topic else self.resolved_output_format()
 
     @property
     def output_name(self) -> str:

@@ -104,6 +104,22 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     return spark
 
 
+def check_submitted_jars(jvm, settings) -> None:
+    """Under ``spark-submit`` the jars come from its command line, not from the job: refuse in
+    one line a run whose input or output needs jars the JVM lacks, before Spark starts.
+
+    :param jvm: py4j's view of spark-submit's JVM.
+    :param settings: the command's ``jobs.settings.JobSettings``.
+    :raises Failure: ``ExitCode.USAGE``, naming what is missing and the options that add it.
+    """
+    missing = jvm_artifacts.missing_capabilities(jvm, settings.jvm_needs())
+    if missing:
+        delta = " (or --output-format parquet)" if "Delta Lake" in missing else ""
+        raise Failure(ExitCode.USAGE, f"{' and '.join(missing)} not on spark-submit's "
+                      "classpath: add the --jars or --packages options that 'python -m "
+                      f"jvm.artifacts --spark-submit' prints{delta}; see docs/deployment.md")
+
+
 def jvm_running() -> bool:
     """True when this process already talks to a JVM: a session of its own, or the driver JVM
     of ``spark-submit``. Its output can then no longer be redirected."""
@@ -216,6 +232,7 @@ def start_spark(settings, stop: Optional[StopRequests] = None):
         from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()  # the gateway to spark-submit's JVM, no context yet
+        check_submitted_jars(SparkContext._jvm, settings)
         restore = forward_jvm_signals(stop, ("TERM", "INT")) if stop else (lambda: None)
         if SparkConf().get("spark.submit.deployMode", "client") == "cluster" \
                 or not LOG4J2_PROPERTIES.exists():

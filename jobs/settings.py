@@ -26,6 +26,7 @@ from attribution.spark.sources import SOURCES, EventSource
 from attribution.spark.sources.kafka import STARTING_OFFSETS
 from attribution.spark.validation import DEFAULT_MAX_FUTURE_SKEW
 from commandline.options import option
+from jvm.artifacts import SPARK_CAPABILITIES
 
 INPUT, OUTPUT, DEAD_LETTER, STREAM = "input", "output", "dead letter", "stream"
 NO_INPUT = ("--events DIR or --kafka-topics T1[,T2,...] is required: the input events (a "
@@ -254,6 +255,22 @@ class JobSettings:
         :raises OutputFormatRefused: ``--output-format`` contradicts what ``--output`` holds.
         """
         return choose_output_format(self.output, self.output_format)
+
+    def output_kind(self) -> str:
+        """What the run writes to: the key of its job's table of outputs (here the output
+        format).
+
+        :raises OutputFormatRefused: ``--output-format`` contradicts what ``--output`` holds.
+        """
+        return self.resolved_output_format()
+
+    def jvm_needs(self) -> set:
+        """What the run's input and output need of the JVM (keys of
+        ``jvm.artifacts.SPARK_CAPABILITIES``): ``kafka``, ``delta``, both or none.
+
+        :raises OutputFormatRefused: ``--output-format`` contradicts what ``--output`` holds.
+        """
+        return {self.input_kind, self.output_kind()} & set(SPARK_CAPABILITIES)
 
     @property
     def dead_letter_checkpoint(self) -> str:

@@ -41,6 +41,13 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# What a run may need of the ``spark`` profile -> its name in messages, and one class of its jars
+# (how a JVM started without them, e.g. by spark-submit, is told apart).
+SPARK_CAPABILITIES = {
+    "delta": ("Delta Lake", "io.delta.sql.DeltaSparkSessionExtension"),
+    "kafka": ("Spark's Kafka connector", "org.apache.spark.sql.kafka010.KafkaSourceProvider"),
+}
+
 
 @dataclass(frozen=True)
 class Dependency:
@@ -190,6 +197,17 @@ def spark_submit_options(jars: Path = JARS) -> list:
     return [f"--packages {packages['spark.jars.packages']} "
             f"--exclude-packages '{packages['spark.jars.excludes']}' {delta}",
             f"--jars {listed} {delta}"]
+
+
+def missing_capabilities(jvm, needs) -> list:
+    """The names of the capabilities in ``needs`` whose jars the running JVM lacks.
+
+    :param jvm: py4j's view of the JVM (``SparkContext._jvm``).
+    :param needs: keys of ``SPARK_CAPABILITIES``.
+    """
+    loadable = jvm.org.apache.spark.util.Utils.classIsLoadable
+    return [SPARK_CAPABILITIES[need][0] for need in sorted(needs)
+            if not loadable(SPARK_CAPABILITIES[need][1])]
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -552,6 +552,17 @@ TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat jav
                      "Exception in thread", "py4j.protocol", "Py4JJavaError")
 
 
+def spark_submit_jar_options() -> list:
+    """The documented spark-submit options that carry the project's jars (``--jars`` with the
+    fetched ``spark`` profile, and Delta's session settings), as arguments."""
+    from jvm import artifacts
+
+    jars = artifacts.fetched_jars(artifacts.SPARK) or artifacts.fetch(artifacts.SPARK)
+    conf = [arg for key, value in artifacts.DELTA_CONF.items()
+            for arg in ("--conf", f"{key}={value}")]
+    return ["--jars", ",".join(str(jar) for jar in jars), *conf]
+
+
 def command_environment() -> dict:
     """The environment for a command run as a subprocess: this interpreter for Spark's Python."""
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

@@ -24,9 +24,11 @@ from jobs.attribution_job import parse_args, run
 from support import (
     CONFLICTING_COPIES_ROWS,
     ROOT,
+    assert_no_traceback,
     conflicting_copies,
     conflicting_copies_row,
     multi_touch_events,
+    spark_submit_jar_options,
     stage_conflicting_copies,
     stage_in_arrival_order,
 )
@@ -233,16 +235,41 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
         assert "Traceback" not in result.stderr
 
 
+def spark_submit(*arguments, cwd: Path) -> subprocess.CompletedProcess:
+    """The attribution job run under the venv's spark-submit, with ``arguments`` before and
+    after the script's name (split at ``JOB``)."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    at = arguments.index(JOB)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
+         *arguments[:at], str(ROOT / "jobs" / "attribution_job.py"), *arguments[at + 1:]],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+JOB = "<the job>"
+
+
+def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch7_stream_dir):
+    result = spark_submit(JOB, "--events", str(ch7_stream_dir), "--output",
+                          str(tmp_path / "out"), "--checkpoint", str(tmp_path / "cp"),
+                          cwd=tmp_path)
+    assert result.returncode == 2, result.stdout[-3000:]
+    # spark-submit's PythonRunner merges the driver's stderr into its stdout
+    assert ("error: Delta Lake not on spark-submit's classpath: add the --jars or --packages "
+            "options that 'python -m jvm.artifacts --spark-submit' prints (or --output-format "
+            "parquet)") in result.stdout
+    assert_no_traceback(result.stdout + result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    result = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", str(ROOT / "jobs" / "attribution_job.py"),
-         "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
-         "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
-         "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    result = spark_submit(
+        *spark_submit_jar_options(), JOB,
+        "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
+        "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
+        "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json"),
+        cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "attributed     : 2" in result.stdout
     # spark-submit's PythonRunner merges the driver's stderr into its stdout

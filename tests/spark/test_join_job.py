@@ -27,7 +27,7 @@ from attribution.config import MS_PER_DAY, MS_PER_MINUTE, parse_duration_ms
 from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.spark.files import read_events, write_events
 from joins.testing import FAST_STATE_CONF, session_conf
-from support import FILE_TIME, ROOT, stage_in_arrival_order
+from support import FILE_TIME, ROOT, spark_submit_jar_options, stage_in_arrival_order
 
 JOB = ROOT / "jobs" / "join_job.py"
 BASE_MS = ts_to_ms("2024-03-01T08:00:00Z")
@@ -263,7 +263,8 @@ def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, click
     spark_submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", str(JOB), "--events", str(events_dir),
+        [str(spark_submit), "--master", "local[2]", *spark_submit_jar_options(), str(JOB),
+         "--events", str(events_dir),
          "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"),
          "--max-files-per-trigger", "2", "--shuffle-partitions", "1", "--strategy", "mixed",
          "--impression-watermark-delay", "5 minutes", "--metrics", str(metrics)],

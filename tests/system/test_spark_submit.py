@@ -24,6 +24,7 @@ from support import (
     ROOT,
     assert_no_traceback,
     signal_after_batch_1,
+    spark_submit_jar_options,
     stage_in_arrival_order,
 )
 
@@ -45,7 +46,8 @@ JOBS = {
 def test_sigterm_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name):
     script, options, title = JOBS[name]
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
-    command = [str(SPARK_SUBMIT), "--master", "local[2]", str(ROOT / "jobs" / script),
+    command = [str(SPARK_SUBMIT), "--master", "local[2]", *spark_submit_jar_options(),
+               str(ROOT / "jobs" / script),
                "--events", str(events), "--output", "out", "--checkpoint", "cp",
                "--max-files-per-trigger", "1", "--trigger", "3 seconds",
                "--log-file", "spark.log", "--progress-json", "progress.jsonl",
