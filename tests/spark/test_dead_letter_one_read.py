@@ -3,14 +3,17 @@ once when no record is invalid, reads again only the micro-batches that held inv
 writes each dead letter once even when a micro-batch is redone, and refuses a dead-letter
 directory that another checkpoint's micro-batches filled.
 
-The reads are counted from Spark's own metrics: the "number of files read" of every file scan in
-the SQL executions of the run (Spark's SQL status store, fed by its listener bus).
+The reads are counted from Spark's own metrics: the "number of files read" of every scan of the
+input directory in the SQL executions of the run (Spark's SQL status store, fed by its listener
+bus).
 """
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from attribution.spark.dead_letter import DEAD_LETTERED_DIR, write_dead_letters
 from attribution.spark.sources import file_source
@@ -39,16 +42,29 @@ def last_execution_id(spark) -> int:
     return max((e.executionId() for e in _executions(spark)), default=-1)
 
 
-def files_read_since(spark, after: int) -> int:
-    """How many files Spark's file scans read in the SQL executions after ``after``: the sum of
-    their "number of files read" metrics."""
+@pytest.fixture
+def whole_locations(spark):
+    """Plans name their scans' locations in full (Spark cuts them at 100 characters), so that
+    ``files_read_since`` can tell the input's scans by their directory."""
+    key = "spark.sql.maxMetadataStringLength"
+    spark.conf.set(key, "100000")
+    yield
+    spark.conf.unset(key)
+
+
+def files_read_since(spark, after: int, under: Path) -> int:
+    """How many files under ``under`` Spark's file scans read in the SQL executions after
+    ``after``: the sum of the "number of files read" metrics of the scans whose location is
+    there (a Delta output's commits scan its own log too, which is not the input)."""
     store = spark._jsparkSession.sharedState().statusStore()
     total = 0
     for execution in _executions(spark):
         if execution.executionId() <= after:
             continue
-        ids = {m.accumulatorId() for m in _scala_items(execution.metrics())
-               if m.name() == FILES_READ}
+        ids = {m.accumulatorId()
+               for node in _scala_items(store.planGraph(execution.executionId()).allNodes())
+               if node.name().startswith("Scan") and str(under) in node.desc()
+               for m in _scala_items(node.metrics()) if m.name() == FILES_READ}
         values = {kv._1(): kv._2() for kv in
                   _scala_items(store.executionMetrics(execution.executionId()))}
         total += sum(int(values[i].replace(",", "")) for i in ids if i in values)
@@ -78,12 +94,13 @@ BAD = {2: ["{not json", json.dumps({"event_id": "no-user", "event_type": "visit"
                                     "ts": "1970-01-01T12:00:00Z"})]}
 
 
-def test_without_invalid_records_each_input_file_is_read_once(spark, tmp_path, ch7_stream_dir):
+def test_without_invalid_records_each_input_file_is_read_once(spark, tmp_path, ch7_stream_dir,
+                                                              whole_locations):
     inputs = len(list(ch7_stream_dir.glob("part-*.json")))
     before = last_execution_id(spark)
     report = run(spark, parse_args(_args(tmp_path, ch7_stream_dir)))
     assert report.extra["invalid"] == 0 and report.batches >= inputs
-    assert files_read_since(spark, before) == inputs
+    assert files_read_since(spark, before, ch7_stream_dir) == inputs
     # Every committed micro-batch is done, and none wrote a dead letter.
     dead = tmp_path / "dead"
     assert sorted(int(m.name) for m in (dead / DEAD_LETTERED_DIR).iterdir()) == committed_batches(
@@ -91,7 +108,8 @@ def test_without_invalid_records_each_input_file_is_read_once(spark, tmp_path, c
     assert not list(dead.rglob("*.parquet"))
 
 
-def test_only_the_micro_batches_with_invalid_records_are_read_again(spark, tmp_path, ch7_dir):
+def test_only_the_micro_batches_with_invalid_records_are_read_again(spark, tmp_path, ch7_dir,
+                                                                    whole_locations):
     """The control of the test above: the count does see a second read. One file holds invalid
     records: it alone is read twice, and its invalid records are dead-lettered once."""
     events = _with_bad_lines(ch7_dir, tmp_path, BAD)
@@ -99,7 +117,7 @@ def test_only_the_micro_batches_with_invalid_records_are_read_again(spark, tmp_p
     before = last_execution_id(spark)
     report = run(spark, parse_args(_args(tmp_path, events)))
     assert report.extra["invalid"] == 2
-    assert files_read_since(spark, before) == inputs + 1
+    assert files_read_since(spark, before, events) == inputs + 1
     assert _dead_records(spark, tmp_path / "dead") == sorted(BAD[2])
 
 

@@ -223,12 +223,12 @@ class CrashedRun:
 
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
                  env: Optional[dict] = None, trickle=None, uris: bool = False,
-                 output_format: str = "parquet",
+                 output_format: Optional[str] = "parquet",
                  after_kill: Optional[Callable[[], None]] = None):
         """:param uris: give the job its checkpoint and outputs as ``file://`` URIs, which it
         reads and writes through Hadoop's file system (the code path of ``hdfs://``); the
         test reads them as the local directories they are.
-        :param output_format: ``--output-format``.
+        :param output_format: ``--output-format`` (``None``: none, as with ``--output-topic``).
         :param after_kill: called after each kill that landed, before the restart (a look at
             what readers see in a killed job's output)."""
         self.uris, self.after_kill = uris, after_kill
@@ -248,7 +248,7 @@ class CrashedRun:
         self.runs += 1
         return JobProcess(self.tmp_path / f"run-{self.runs}.log", [
             *self.trickle.options, "--output", self.given(self.output),
-            "--output-format", self.output_format,
+            *(["--output-format", self.output_format] if self.output_format else []),
             "--checkpoint", self.given(self.checkpoint), "--dead-letter", self.given(self.dead),
             "--late-records", self.given(self.late), "--trigger", trigger,
             "--master", "local[2]", "--shuffle-partitions", "2", *self.options], self.env)
@@ -487,7 +487,7 @@ def test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_o
     trickle = TopicTrickle(files, kafka_bootstrap, f"crash-in-{suffix}")
     crashed = CrashedRun(tmp_path, files, ["--watermark-delay", "10 minutes", "--output-topic",
                                            out_topic, "--backend", "transformWithState"],
-                         trickle=trickle)
+                         trickle=trickle, output_format=None)
     try:
         final = crashed.run()
     finally:
