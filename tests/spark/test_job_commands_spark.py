@@ -1,7 +1,8 @@
-"""The paths of the command skeleton (``jobs.command``) that need Spark, run for both jobs: a
-file Spark cannot decode ends the run with the attribution job's explanation and exit code 3
-(nothing of its micro-batch committed, so a rerun after replacing it resumes there), and
-``--progress-json`` writes one JSON line per micro-batch as the run goes.
+"""The paths of the command skeleton (``jobs.command``) that need Spark: a file Spark cannot
+decode ends a join run with one explaining line and exit code 3 (nothing of its micro-batch
+committed, so a rerun after replacing it resumes there; the attribution job dead-letters such a
+file instead: ``test_dead_letter``), and ``--progress-json`` writes one JSON line per
+micro-batch as the run goes, for both jobs.
 """
 from __future__ import annotations
 
@@ -22,13 +23,12 @@ def job(request):
     return JOBS[request.param]
 
 
-@pytest.mark.parametrize("name", list(JOBS))
 def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_path, ch7_dir,
-                                                                     capsys, name):
+                                                                     capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    job = JOBS[name]
+    job = join_job
     src = tmp_path / "src"
     src.mkdir()
     for part in sorted(ch7_dir.glob("part-*.json")):

@@ -201,9 +201,10 @@ def test_an_unreadable_input_directory(tmp_path, events):
 
 @pytest.mark.slow
 def test_a_corrupt_input_file_ends_in_one_line_and_spark_logs_to_a_file(tmp_path):
-    """A Parquet file whose impression_id is text cannot be decoded by Spark at all: the job
-    stops with one line naming the file and the way to resume. Spark's own complaints (the
-    failed task, its Java stack) are in the log file the line names, not on the terminal."""
+    """A Parquet file whose impression_id is text cannot be decoded by Spark at all: the join
+    job stops with one line naming the file and the way to resume (the attribution job
+    dead-letters it: ``tests/spark/test_dead_letter.py``). Spark's own complaints (the failed
+    task, its Java stack) are in the log file the line names, not on the terminal."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -213,8 +214,8 @@ def test_a_corrupt_input_file_ends_in_one_line_and_spark_logs_to_a_file(tmp_path
                              "ts": pa.array([0], pa.timestamp("us", tz="UTC")),
                              "impression_id": ["one-two-three"], "source_url": ["/s"],
                              "target_url": ["/t"]}), events / "part-00000.parquet")
-    result = _job(tmp_path, "--events", events, "--format", "parquet", "--master", "local[2]",
-                  "--log-file", "spark.log")
+    result = _command(tmp_path, JOIN_JOB, "--events", events, "--format", "parquet",
+                      "--master", "local[2]", "--log-file", "spark.log")
     line = _fails(result, ExitCode.INPUT, "part-00000.parquet cannot be read as events",
                   "same --checkpoint", "Spark's log: spark.log")
     assert "impression_id" in line
