@@ -67,6 +67,9 @@ JOB = ROOT / "jobs" / "attribution_job.py"
 POLL_SECONDS = 0.005
 # Generous: on a loaded 2-core machine a JVM start plus a first micro-batch can take a minute.
 WAIT_SECONDS = 300
+# The final run takes every file left: with a Delta MERGE per micro-batch, many minutes when
+# loaded.
+FINAL_RUN_SECONDS = 1200
 MAX_ATTEMPTS = 3  # files spent trying to hit a narrow kill window before the test gives up
 # Invalid lines mixed into the input: the dead letter (also a file sink) must hold each once.
 BAD_LINES = {2: ["{not json", json.dumps({"event_id": "hb-future", "event_type": "heartbeat",
@@ -311,7 +314,7 @@ class CrashedRun:
             while self.trickle.remaining:
                 self.trickle.give_next()
             self.job = self.start(trigger="available-now")
-            code = self.job.wait(timeout=WAIT_SECONDS)
+            code = self.job.wait(timeout=FINAL_RUN_SECONDS)
             assert code == 0, self.job.output()[-4000:]
         finally:
             self.job.kill()
@@ -389,17 +392,18 @@ def frame_rows(frame) -> list:
 
 @pytest.mark.slow
 # Both backends on JSON lines; Avro input (the project's own source, the same for both backends)
-# on the default one, to keep the suite's time in bounds. The default backend's run names its
+# on the default one, to keep the suite's time in bounds. Every crash test names the job's
 # checkpoint and outputs by file:// URIs: the job's own reads and writes beside Spark's (layout
-# pinning, late-record audit, users at restart) then take Hadoop's file system, as on hdfs://.
-@pytest.mark.parametrize("backend,fmt,uris", [("applyInPandasWithState", "json", True),
-                                              ("transformWithState", "json", False),
-                                              ("applyInPandasWithState", "avro", False)])
+# pinning, late-record audit, users at restart, the Delta sink) then take Hadoop's file system,
+# as on hdfs://.
+@pytest.mark.parametrize("backend,fmt", [("applyInPandasWithState", "json"),
+                                         ("transformWithState", "json"),
+                                         ("applyInPandasWithState", "avro")])
 def test_sigkill_at_every_kind_of_point_then_restart_gives_the_oracle_exactly(
-        spark, tmp_path, request, backend, fmt, uris):
+        spark, tmp_path, request, backend, fmt):
     files, truth = request.getfixturevalue("avro_dataset" if fmt == "avro" else "dataset")
     crashed = CrashedRun(tmp_path, files, ["--backend", backend, "--format", fmt,
-                                           "--watermark-delay", "10 minutes"], uris=uris)
+                                           "--watermark-delay", "10 minutes"], uris=True)
     final = crashed.run()
     assert "attribution stream run" in final and "invalid" in final
     # The late-record audit ran on every committed micro-batch, wherever the checkpoint is.
@@ -487,7 +491,7 @@ def test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_o
     trickle = TopicTrickle(files, kafka_bootstrap, f"crash-in-{suffix}")
     crashed = CrashedRun(tmp_path, files, ["--watermark-delay", "10 minutes", "--output-topic",
                                            out_topic, "--backend", "transformWithState"],
-                         trickle=trickle, output_format=None)
+                         trickle=trickle, output_format=None, uris=True)
     try:
         final = crashed.run()
     finally:
@@ -546,7 +550,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     options = ["--backend", backend, "--watermark-delay", "10 minutes",
                "--allowed-lateness", LATENESS]
     submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
-    crashed = CrashedRun(tmp_path / "crashed", files, options,
+    crashed = CrashedRun(tmp_path / "crashed", files, options, uris=True,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
     crashed.run()
     last_batch = latest_offset(crashed.checkpoint)
@@ -646,9 +650,9 @@ def test_sigkills_with_a_current_table_leave_both_delta_tables_as_an_uninterrupt
                              rows(table)))
 
     options = ["--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS,
-               "--early-results", "--current-table", str(crashed_current)]
+               "--early-results", "--current-table", crashed_current.as_uri()]
     submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
-    crashed = CrashedRun(tmp_path / "crashed", files, options, output_format="delta",
+    crashed = CrashedRun(tmp_path / "crashed", files, options, output_format="delta", uris=True,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}, after_kill=look)
     crashed.run()
     batches = latest_offset(crashed.checkpoint) + 1
