@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("attribution", "joins", "generators", "jobs", "commandline", "jvm")
 # Settings the project turns off by default and a user may turn on (--conf or spark-submit's).
 USER_CHOICES = ("spark.ui.enabled", "spark.ui.showConsoleProgress")
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 ROCKSDB_PROVIDER = ("org.apache.spark.sql.execution.streaming.state."
                     "RocksDBStateStoreProvider")
 
@@ -45,7 +46,8 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
     :param app_name: Spark's application name.
     :param master: defaults to ``local[*]`` unless ``spark-submit`` already chose one.
     :param shuffle_partitions: ``spark.sql.shuffle.partitions`` (default: the cores).
-    :param extra_conf: more Spark settings, applied last.
+    :param extra_conf: more Spark settings, applied last (Delta's
+        ``spark.databricks.delta.snapshotPartitions`` is the cores unless given here).
     :param log_file: when this call starts the JVM, everything it prints (Spark's log4j
         console output, JVM warnings, the Python workers' stderr) goes to this file instead of
         the terminal, and so do the py4j/pyspark Python loggers; Spark then logs at WARN. A
@@ -94,13 +96,19 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if logging_to_file else "ERROR")
-    if shuffle_partitions is None and not spark.sparkContext.getConf().contains(
-            "spark.sql.shuffle.partitions"):
+    given = spark.sparkContext.getConf()
+    one_per_core = str(max(1, spark.sparkContext.defaultParallelism))
+    if shuffle_partitions is None and not given.contains("spark.sql.shuffle.partitions"):
         # Spark's default of 200 means 200 state stores per micro-batch; one per core keeps every
         # core busy with the fewest (python -m benchmarks.streaming --levers: 1x the cores beat 2x
         # and 4x).
-        spark.conf.set("spark.sql.shuffle.partitions",
-                       str(max(1, spark.sparkContext.defaultParallelism)))
+        spark.conf.set("spark.sql.shuffle.partitions", one_per_core)
+    if not given.contains(DELTA_SNAPSHOT_PARTITIONS):
+        # Every Delta commit (one per micro-batch, two with --current-table) first rebuilds the
+        # table's list of files in Delta's default of 50 partitions, sized for tables of millions
+        # of files: on local[2] the chapter 7 stream into Delta took 88 s with 50 and 25 s with
+        # one per core (Parquet: 18 s).
+        spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, one_per_core)
     return spark
 
 
