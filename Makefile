@@ -47,12 +47,12 @@ docs-examples: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.docs_examples
 
 # Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests on
-# TEST_WORKERS pytest-xdist workers. Most of a Spark test's time is waiting (JVM start, micro-batch
-# scheduling, Python workers, subprocess jobs), so more workers than cores finish sooner; the
-# longest tests start first (tests/conftest.py).
-TEST_WORKERS ?= 4
+# TEST_WORKERS pytest-xdist workers, one per core: more workers than cores starve Spark's Python
+# workers, which must connect back to their JVM within 10 s. The longest tests start first
+# (tests/conftest.py) and an idle worker takes queued tests from a busy one (worksteal).
+TEST_WORKERS ?= 2
 test: check-java lint $(JARS)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist load
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal
 
 # The unit tier alone: no Spark session, about a minute.
 test-fast: lint
