@@ -50,7 +50,7 @@ docs-examples: check-java $(STAMP) $(JARS)
 # TEST_WORKERS pytest-xdist workers, one per core: more workers than cores starve Spark's Python
 # workers, which must connect back to their JVM within 10 s. The longest tests start first
 # (tests/conftest.py) and an idle worker takes queued tests from a busy one (worksteal).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: check-java lint $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal
 
