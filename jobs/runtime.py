@@ -224,7 +224,8 @@ def start_spark(settings, stop: Optional[StopRequests] = None):
     :returns: the session, the log file Spark writes (``None`` for a session that ran already,
         which logs as it was configured to), and a function that restores the JVM's signal
         handlers (call it when the command ends).
-    :raises Failure: the log file cannot be written (``ExitCode.OUTPUT``).
+    :raises Failure: the log file cannot be written (``ExitCode.OUTPUT``), or spark-submit
+        was not given the jars the run needs (``check_submitted_jars``).
     """
     log_file, app, quiet = settings.log_file, settings.APP, settings.quiet
     options = dict(master=settings.master, shuffle_partitions=settings.shuffle_partitions,
