@@ -254,6 +254,7 @@ def test_a_backfill_of_a_delta_output_is_one_commit_and_equals_the_full_run(spar
     commits = history(out)
     assert len(commits) == 2  # the full run, then the backfill: one commit
     assert table_rows(out) == table_rows(full) != before
+    assert table_rows(full) == attribute_batch(read_events(corrected))  # the oracle's rows
     # replaceWhere: an overwrite of the planned dates only, in the window or after it.
     replaced = commits[1]["operationParameters"]
     assert replaced["mode"] == "Overwrite" and replaced["predicate"].startswith("goal_date IN")
