@@ -1,6 +1,7 @@
 """Helpers shared by test modules of every tier (tests import these, never each other).
 
 * ``ROOT``, ``CH7_DIR``: the repository and the chapter 7 dataset in it;
+* ``PARQUET_OUTPUT``: the job's output options where the sink is not the subject;
 * ``stage_in_arrival_order``: copy files so a file stream reads them in a given order;
 * ``committed_attributions``: the rows a Spark file sink committed;
 * ``attribution_record``, ``write_sink_output``, ``write_batch_output``: attribution output
@@ -45,6 +46,11 @@ CH7_DIR = ROOT / "tests" / "data" / "ch7"
 # Modification time (epoch seconds, 2026-05-28) of staged input files: after every event time of
 # the test data, so that --max-future-skew (judged against a file's modification time) passes.
 FILE_TIME = 1_780_000_000
+# The output options of the tests whose subject is not the sink: Parquet files. An idempotent
+# Delta append costs about as much again per micro-batch (Delta reconstructs the table's state to
+# look up the writer's last version), and the Delta sink has tests of its own (test_delta_output,
+# the crash tests, the report's).
+PARQUET_OUTPUT = ("--output-format", "parquet")
 PAGES = ("a", "b", "c")
 SEARCH_PAGES = ("s1", "s2")
 

@@ -23,6 +23,7 @@ from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
 from support import (
     CONFLICTING_COPIES_ROWS,
+    PARQUET_OUTPUT,
     ROOT,
     assert_no_traceback,
     conflicting_copies,
@@ -43,7 +44,8 @@ CH7_ROWS = {
 
 def run_job(spark, tmp_path: Path, events: Path, *options: str):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "checkpoint"), "--quiet", *options])
+                       "--checkpoint", str(tmp_path / "checkpoint"), "--quiet", *PARQUET_OUTPUT,
+                       *options])
     report = run(spark, args)
     return report, sorted(read_attribution_rows(tmp_path / "out"), key=sort_key)
 

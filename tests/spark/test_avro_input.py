@@ -12,7 +12,7 @@ from attribution.spark.avro_source import list_files, read_file
 from attribution.spark.output import read_attribution_rows
 from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
-from support import FILE_TIME, stage_in_arrival_order
+from support import FILE_TIME, PARQUET_OUTPUT, stage_in_arrival_order
 
 MODES = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
          "transformWithState": ["--backend", "transformWithState"],
@@ -39,7 +39,8 @@ def _run(spark, tmp_path: Path, events: Path, fmt: str, *options: str):
     args = parse_args(["--events", str(events), "--format", fmt,
                        "--output", str(tmp_path / f"out-{fmt}"),
                        "--dead-letter", str(tmp_path / f"dead-{fmt}"),
-                       "--checkpoint", str(tmp_path / f"cp-{fmt}"), "--quiet", *options])
+                       "--checkpoint", str(tmp_path / f"cp-{fmt}"), "--quiet", *PARQUET_OUTPUT,
+                       *options])
     report = run(spark, args)
     return report, sorted(read_attribution_rows(tmp_path / f"out-{fmt}"), key=sort_key)
 

@@ -20,7 +20,7 @@ from attribution.oracle import attribute_batch
 from attribution.spark.files import read_events
 from attribution.spark.validation import classify, read_raw_batch
 from jobs.attribution_job import parse_args, run
-from support import FILE_TIME, ROOT, stage_in_arrival_order
+from support import FILE_TIME, PARQUET_OUTPUT, ROOT, stage_in_arrival_order
 
 USER = "UserX"
 GOOD_VISIT = {"event_id": "bad-visit", "user_id": USER, "event_type": "visit",
@@ -106,7 +106,7 @@ def _mixed_ch7(ch7_dir: Path, tmp_path: Path) -> Path:
 def _run(spark, tmp_path: Path, events: Path, *options: str):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
                        "--checkpoint", str(tmp_path / "checkpoint"),
-                       "--dead-letter", str(tmp_path / "dead"), *options])
+                       "--dead-letter", str(tmp_path / "dead"), *PARQUET_OUTPUT, *options])
     report = run(spark, args)
     return report, _committed_rows(spark, tmp_path / "out")
 

@@ -27,7 +27,7 @@ from commandline.exits import ExitCode
 from generators.params import KafkaTarget
 from generators.topic import TopicWriter
 from generators.writers import file_record_values
-from support import error_line, generate_late_dataset, stage_in_arrival_order
+from support import PARQUET_OUTPUT, error_line, generate_late_dataset, stage_in_arrival_order
 
 DELAY = "10 minutes"
 BACKENDS = {"applyInPandasWithState": [], "transformWithState": ["--backend",
@@ -80,7 +80,7 @@ def _attribution(spark, tmp_path, *options):
         report = run(spark, parse_args([
             *input_options, "--output", str(tmp_path / name / "out"),
             "--checkpoint", str(tmp_path / name / "cp"), "--watermark-delay", DELAY,
-            "--models", "last_touch,linear", "--quiet", *options]))
+            "--models", "last_touch,linear", "--quiet", *PARQUET_OUTPUT, *options]))
         reports.setdefault(name, []).append(report)
 
     reports: dict = {}

@@ -6,14 +6,15 @@ import json
 
 from attribution.spark.late_records import audit, read_late_records
 from jobs.attribution_job import parse_args, run
-from support import stage_in_arrival_order
+from support import PARQUET_OUTPUT, stage_in_arrival_order
 
 MINUTE_DELAY = ["--watermark-delay", "1 minute", "--max-files-per-trigger", "1"]
 
 
 def _run(spark, tmp_path, events, *options):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "cp"), "--quiet", *options])
+                       "--checkpoint", str(tmp_path / "cp"), "--quiet", *PARQUET_OUTPUT,
+                       *options])
     return run(spark, args)
 
 

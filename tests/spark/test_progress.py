@@ -13,7 +13,7 @@ import pytest
 from attribution.events import Event
 from attribution.spark.files import write_events
 from jobs.attribution_job import parse_args, run
-from support import stage_in_arrival_order
+from support import PARQUET_OUTPUT, stage_in_arrival_order
 
 LAYOUTS = {"applyInPandasWithState": [],  # 64 hash buckets of users
            "applyInPandasWithState-per-user": ["--state-buckets", "0"],
@@ -57,7 +57,7 @@ def _run(spark, tmp_path, layout, capsys):
     args = parse_args(["--events", str(tmp_path / "events"), "--output", str(tmp_path / "out"),
                        "--checkpoint", str(tmp_path / "cp"), "--max-files-per-trigger", "1",
                        "--watermark-delay", "1 minute", "--lookback", "10 minutes",
-                       "--dedup-window", "5 minutes", *LAYOUTS[layout]])
+                       "--dedup-window", "5 minutes", *PARQUET_OUTPUT, *LAYOUTS[layout]])
     report = run(spark, args)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("batch ")]
     assert len(lines) == report.batches

@@ -17,7 +17,13 @@ from attribution.spark.late_records import read_late_records
 from attribution.spark.output import read_attribution_rows, read_attributions
 from commandline.exits import ExitCode
 from jobs.attribution_job import parse_args, run
-from support import ROOT, command_environment, error_line, stage_in_arrival_order
+from support import (
+    PARQUET_OUTPUT,
+    ROOT,
+    command_environment,
+    error_line,
+    stage_in_arrival_order,
+)
 
 LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
            "transformWithState": ["--backend", "transformWithState"]}
@@ -33,7 +39,7 @@ def _named(path, uri: bool) -> str:
 def _run(spark, tmp_path, ch7_dir, *options, uri: bool = False):
     events = stage_in_arrival_order(sorted(ch7_dir.glob("part-*.json")), tmp_path / "in")
     args = parse_args(["--events", str(events), "--output", _named(tmp_path / "out", uri),
-                       "--checkpoint", _named(tmp_path / "cp", uri), "--quiet",
+                       "--checkpoint", _named(tmp_path / "cp", uri), "--quiet", *PARQUET_OUTPUT,
                        "--watermark-delay", "1 minute", "--max-files-per-trigger", "1",
                        *options])
     report = run(spark, args)
@@ -103,7 +109,7 @@ def test_conflicting_copies_revise_early_rows_to_the_smallest_copy(spark, tmp_pa
 
     events = stage_conflicting_copies(tmp_path / "events", order == "smaller-first")
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "cp"), "--quiet",
+                       "--checkpoint", str(tmp_path / "cp"), "--quiet", *PARQUET_OUTPUT,
                        "--watermark-delay", "10 minutes", "--max-files-per-trigger", "1",
                        "--allowed-lateness", "5 minutes", "--early-results", *LAYOUTS[layout]])
     run(spark, args)

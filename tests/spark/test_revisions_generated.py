@@ -26,6 +26,7 @@ from attribution.spark.late_records import read_late_records
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import (
+    PARQUET_OUTPUT,
     assert_same_rows,
     dropped_by_spark,
     folded_rows,
@@ -57,7 +58,7 @@ def late_dataset(tmp_path_factory):
 
 def _run(spark, tmp_path, events, *options):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--checkpoint", str(tmp_path / "cp"), "--quiet",
+                       "--checkpoint", str(tmp_path / "cp"), "--quiet", *PARQUET_OUTPUT,
                        "--watermark-delay", DELAY, "--allowed-lateness", LATENESS,
                        "--models", ",".join(MODELS), "--max-files-per-trigger", "1", *options])
     return run(spark, args)

@@ -538,19 +538,91 @@ def late_dataset(tmp_path_factory):
     return files, [read_events(f) for f in [*result.event_files, last]]
 
 
+class DeltaTablesAtKills:
+    """What a reader outside Spark (the ``deltalake`` package: committed versions only) sees of a
+    crashed run's Delta changelog and current table right after each kill, and the checks of both
+    tables against those of an uninterrupted run."""
+
+    def __init__(self, changelog: Path, current: Path):
+        self.paths = {"out": changelog, "current": current}
+        self.seen: list[tuple[str, Optional[int], list]] = []  # (table, last micro-batch, rows)
+
+    @staticmethod
+    def rows(table) -> list:
+        return sorted(map(repr, table.to_pyarrow_table().to_pylist()))
+
+    @staticmethod
+    def versions_by_batch(table) -> dict[int, int]:
+        return {json.loads(c["userMetadata"])["batch_id"]: c["version"]
+                for c in table.history() if c.get("userMetadata")}
+
+    def look(self) -> None:
+        """Read both tables as they are now (called right after a kill)."""
+        from deltalake import DeltaTable
+
+        for name, path in self.paths.items():
+            if (path / "_delta_log").is_dir():
+                table = DeltaTable(str(path))
+                self.seen.append((name, max(self.versions_by_batch(table), default=None),
+                                  self.rows(table)))
+
+    def assert_as_uninterrupted(self, reference: dict[str, Path], batches: int,
+                                kills: int) -> None:
+        """Each table equals the uninterrupted run's (``reference``: table name -> path) and holds
+        each of the ``batches`` micro-batches' commits once; after each of the ``kills``, each
+        held whole micro-batches only: the uninterrupted run's table as of the same one."""
+        from deltalake import DeltaTable
+
+        for name, path in self.paths.items():
+            crashed_log, reference_log = DeltaTable(str(path)), DeltaTable(str(reference[name]))
+            assert self.rows(crashed_log) == self.rows(reference_log), name
+            # Each micro-batch committed once: its commit, and only one, carries its id.
+            assert sorted(self.versions_by_batch(crashed_log)) == list(range(batches))
+            assert len([c for c in crashed_log.history() if c.get("userMetadata")]) == batches
+        # (The current table is created, empty, when the query first starts: both are there.)
+        assert [name for name, _, _ in self.seen] == ["out", "current"] * kills
+        for name, last, at_kill in self.seen:
+            if last is None:  # no micro-batch committed yet
+                assert at_kill == [], name
+                continue
+            version = self.versions_by_batch(DeltaTable(str(reference[name])))[last]
+            assert at_kill == self.rows(DeltaTable(str(reference[name]), version=version)), \
+                (name, last)
+        assert any(at_kill for _, _, at_kill in self.seen)
+
+
+# Each backend once: transformWithState into Parquet files; applyInPandasWithState (the default)
+# with early results into a Delta changelog and a current table (--current-table), both of which
+# a reader outside Spark also looks at after every kill.
+LATENESS_RUNS = {"transformWithState-parquet": (["--backend", "transformWithState"], "parquet"),
+                 "applyInPandasWithState-delta": (["--backend", "applyInPandasWithState",
+                                                   "--early-results"], "delta")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["applyInPandasWithState", "transformWithState"])
+@pytest.mark.parametrize("name", list(LATENESS_RUNS))
 def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
-        spark, tmp_path, late_dataset, backend):
+        spark, tmp_path, late_dataset, name):
     """SIGKILLs at every kind of point with an allowed lateness that late impressions fall
     within: the changelog, every goal's revisions and signs, equals that of an uninterrupted
     run of the same files, its net table is the oracle over the accepted records, and the
-    late-record output holds the dropped records once."""
+    late-record output holds the dropped records once. Into Delta, the current table equals the
+    uninterrupted run's too, each table's history holds every micro-batch's commit once, and
+    after every kill each table held whole micro-batches only."""
+    job_options, output_format = LATENESS_RUNS[name]
     files, records = late_dataset
-    options = ["--backend", backend, "--watermark-delay", "10 minutes",
-               "--allowed-lateness", LATENESS]
+    options = [*job_options, "--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS]
+    crashed_dir, reference = tmp_path / "crashed", tmp_path / "uninterrupted"
+    tables = (DeltaTablesAtKills(crashed_dir / "out", crashed_dir / "current")
+              if output_format == "delta" else None)
+
+    def current_table(location: str) -> list[str]:
+        return ["--current-table", location] if tables else []
+
     submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
-    crashed = CrashedRun(tmp_path / "crashed", files, options, uris=True,
+    crashed_options = [*options, *current_table((crashed_dir / "current").as_uri())]
+    crashed = CrashedRun(crashed_dir, files, crashed_options, uris=True,
+                         output_format=output_format, after_kill=tables and tables.look,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
     crashed.run()
     last_batch = latest_offset(crashed.checkpoint)
@@ -558,12 +630,12 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     assert [files_in_batch(crashed.checkpoint, b) for b in range(last_batch + 1)] == \
         list(range(1, len(files) + 1))
 
-    reference = tmp_path / "uninterrupted"
     staged = stage_in_arrival_order(files, reference / "events")
     args = parse_args(["--events", str(staged), "--output", str(reference / "out"),
-                       "--output-format", "parquet",
+                       "--output-format", output_format,
                        "--checkpoint", str(reference / "checkpoint"), "--quiet",
-                       "--max-files-per-trigger", "1", *options])
+                       "--max-files-per-trigger", "1", *options,
+                       *current_table(str(reference / "current"))])
     with spark_conf(spark, ONE_FILE_PER_BATCH):
         report = run(spark, args)
     assert report.batches == len(files)
@@ -589,6 +661,10 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
         e.event_id for lost in dropped.values() for e in lost)
     assert late  # some records were too late even for the allowed lateness
     assert_dead_letter_exactly_once(spark, crashed.dead)
+    if tables is not None:
+        tables.assert_as_uninterrupted({"out": reference / "out",
+                                        "current": reference / "current"},
+                                       last_batch + 1, len(crashed.kills))
 
 
 def _changelog_order(r) -> tuple:
@@ -616,74 +692,3 @@ def spark_conf(spark, conf: dict) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-@pytest.mark.slow
-def test_sigkills_with_a_current_table_leave_both_delta_tables_as_an_uninterrupted_run(
-        spark, tmp_path, late_dataset):
-    """SIGKILLs at every kind of point into a Delta output with --current-table, an allowed
-    lateness and early results: the changelog and the current table, read outside Spark (the
-    ``deltalake`` package: committed versions only), equal those of an uninterrupted run, and
-    each table's history holds every micro-batch's commit once; read the same way right after
-    each kill, each held whole micro-batches only (the uninterrupted run's table as of the same
-    micro-batch)."""
-    from deltalake import DeltaTable
-
-    def rows(table: DeltaTable) -> list:
-        return sorted(map(repr, table.to_pyarrow_table().to_pylist()))
-
-    def versions_by_batch(table: DeltaTable) -> dict[int, int]:
-        return {json.loads(c["userMetadata"])["batch_id"]: c["version"]
-                for c in table.history() if c.get("userMetadata")}
-
-    files, _ = late_dataset
-    crashed_current = tmp_path / "crashed" / "current"
-    # What a reader outside Spark sees right after each kill: the last micro-batch each table's
-    # history holds, and the rows.
-    seen: list[tuple[str, Optional[int], list]] = []
-
-    def look() -> None:
-        for path in (tmp_path / "crashed" / "out", crashed_current):
-            if (path / "_delta_log").is_dir():
-                table = DeltaTable(str(path))
-                seen.append((path.name, max(versions_by_batch(table), default=None),
-                             rows(table)))
-
-    options = ["--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS,
-               "--early-results", "--current-table", crashed_current.as_uri()]
-    submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
-    crashed = CrashedRun(tmp_path / "crashed", files, options, output_format="delta", uris=True,
-                         env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}, after_kill=look)
-    crashed.run()
-    batches = latest_offset(crashed.checkpoint) + 1
-
-    reference = tmp_path / "uninterrupted"
-    staged = stage_in_arrival_order(files, reference / "events")
-    args = parse_args(["--events", str(staged), "--output", str(reference / "out"),
-                       "--checkpoint", str(reference / "checkpoint"), "--quiet",
-                       "--max-files-per-trigger", "1", *options[:-1],
-                       str(reference / "current")])
-    with spark_conf(spark, ONE_FILE_PER_BATCH):
-        run(spark, args)
-
-    final = {"out": (crashed.output, reference / "out"),
-             "current": (crashed_current, reference / "current")}
-    for crashed_table, reference_table in final.values():
-        crashed_log, reference_log = DeltaTable(str(crashed_table)), DeltaTable(
-            str(reference_table))
-        assert rows(crashed_log) == rows(reference_log)
-        # Each micro-batch committed once: its commit, and only one, carries its id.
-        assert sorted(versions_by_batch(crashed_log)) == list(range(batches))
-        assert len([c for c in crashed_log.history() if c.get("userMetadata")]) == batches
-    # After every kill, each table read outside Spark held whole micro-batches only: exactly the
-    # uninterrupted run's table as of the same last micro-batch.
-    # (The current table is created, empty, when the query first starts: both are there.)
-    assert [name for name, _, _ in seen] == ["out", "current"] * len(crashed.kills)
-    for name, last, at_kill in seen:
-        reference_table = DeltaTable(str(final[name][1]))
-        if last is None:  # no micro-batch committed yet
-            assert at_kill == [], name
-            continue
-        version = versions_by_batch(reference_table)[last]
-        assert at_kill == rows(DeltaTable(str(final[name][1]), version=version)), (name, last)
-    assert any(at_kill for _, _, at_kill in seen)
