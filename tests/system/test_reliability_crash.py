@@ -225,16 +225,17 @@ class CrashedRun:
     same checkpoint after each; the final run processes every file left and stops."""
 
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
-                 env: Optional[dict] = None, trickle=None, uris: bool = False,
+                 env: Optional[dict] = None, trickle=None,
                  output_format: Optional[str] = "parquet",
                  after_kill: Optional[Callable[[], None]] = None):
-        """:param uris: give the job its checkpoint and outputs as ``file://`` URIs, which it
-        reads and writes through Hadoop's file system (the code path of ``hdfs://``); the
-        test reads them as the local directories they are.
+        """The job is given its checkpoint and outputs as ``file://`` URIs, which it reads and
+        writes through Hadoop's file system (the code path of ``hdfs://``); the test reads them
+        as the local directories they are.
+
         :param output_format: ``--output-format`` (``None``: none, as with ``--output-topic``).
         :param after_kill: called after each kill that landed, before the restart (a look at
             what readers see in a killed job's output)."""
-        self.uris, self.after_kill = uris, after_kill
+        self.after_kill = after_kill
         self.trickle = trickle or Trickle(files, tmp_path / "events")
         self.output_format = output_format
         # Parquet part files that no log lists prove a kill after the rows were written; a
@@ -256,9 +257,10 @@ class CrashedRun:
             "--late-records", self.given(self.late), "--trigger", trigger,
             "--master", "local[2]", "--shuffle-partitions", "2", *self.options], self.env)
 
-    def given(self, path: Path) -> str:
-        """``path`` as the job is given it."""
-        return f"file://{path}" if self.uris else str(path)
+    @staticmethod
+    def given(path: Path) -> str:
+        """``path`` as the job is given it: a ``file://`` URI."""
+        return path.as_uri()
 
     def planned(self, n: int) -> Optional[int]:
         return self.trickle.batch_taking(self.checkpoint, n)
@@ -403,7 +405,7 @@ def test_sigkill_at_every_kind_of_point_then_restart_gives_the_oracle_exactly(
         spark, tmp_path, request, backend, fmt):
     files, truth = request.getfixturevalue("avro_dataset" if fmt == "avro" else "dataset")
     crashed = CrashedRun(tmp_path, files, ["--backend", backend, "--format", fmt,
-                                           "--watermark-delay", "10 minutes"], uris=True)
+                                           "--watermark-delay", "10 minutes"])
     final = crashed.run()
     assert "attribution stream run" in final and "invalid" in final
     # The late-record audit ran on every committed micro-batch, wherever the checkpoint is.
@@ -491,7 +493,7 @@ def test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_o
     trickle = TopicTrickle(files, kafka_bootstrap, f"crash-in-{suffix}")
     crashed = CrashedRun(tmp_path, files, ["--watermark-delay", "10 minutes", "--output-topic",
                                            out_topic, "--backend", "transformWithState"],
-                         trickle=trickle, output_format=None, uris=True)
+                         trickle=trickle, output_format=None)
     try:
         final = crashed.run()
     finally:
@@ -566,15 +568,15 @@ class DeltaTablesAtKills:
                 self.seen.append((name, max(self.versions_by_batch(table), default=None),
                                   self.rows(table)))
 
-    def assert_as_uninterrupted(self, reference: dict[str, Path], batches: int,
-                                kills: int) -> None:
-        """Each table equals the uninterrupted run's (``reference``: table name -> path) and holds
+    def assert_as_uninterrupted(self, reference: Path, batches: int, kills: int) -> None:
+        """Each table equals the uninterrupted run's (the same names under ``reference``) and holds
         each of the ``batches`` micro-batches' commits once; after each of the ``kills``, each
         held whole micro-batches only: the uninterrupted run's table as of the same one."""
         from deltalake import DeltaTable
 
+        tables = {name: reference / name for name in self.paths}
         for name, path in self.paths.items():
-            crashed_log, reference_log = DeltaTable(str(path)), DeltaTable(str(reference[name]))
+            crashed_log, reference_log = DeltaTable(str(path)), DeltaTable(str(tables[name]))
             assert self.rows(crashed_log) == self.rows(reference_log), name
             # Each micro-batch committed once: its commit, and only one, carries its id.
             assert sorted(self.versions_by_batch(crashed_log)) == list(range(batches))
@@ -585,8 +587,8 @@ class DeltaTablesAtKills:
             if last is None:  # no micro-batch committed yet
                 assert at_kill == [], name
                 continue
-            version = self.versions_by_batch(DeltaTable(str(reference[name])))[last]
-            assert at_kill == self.rows(DeltaTable(str(reference[name]), version=version)), \
+            version = self.versions_by_batch(DeltaTable(str(tables[name])))[last]
+            assert at_kill == self.rows(DeltaTable(str(tables[name]), version=version)), \
                 (name, last)
         assert any(at_kill for _, _, at_kill in self.seen)
 
@@ -621,8 +623,8 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
 
     submit = " ".join(f"--conf {k}={v}" for k, v in ONE_FILE_PER_BATCH.items())
     crashed_options = [*options, *current_table((crashed_dir / "current").as_uri())]
-    crashed = CrashedRun(crashed_dir, files, crashed_options, uris=True,
-                         output_format=output_format, after_kill=tables and tables.look,
+    crashed = CrashedRun(crashed_dir, files, crashed_options, output_format=output_format,
+                         after_kill=tables.look if tables else None,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
     crashed.run()
     last_batch = latest_offset(crashed.checkpoint)
@@ -662,9 +664,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     assert late  # some records were too late even for the allowed lateness
     assert_dead_letter_exactly_once(spark, crashed.dead)
     if tables is not None:
-        tables.assert_as_uninterrupted({"out": reference / "out",
-                                        "current": reference / "current"},
-                                       last_batch + 1, len(crashed.kills))
+        tables.assert_as_uninterrupted(reference, last_batch + 1, len(crashed.kills))
 
 
 def _changelog_order(r) -> tuple:
