@@ -1,4 +1,5 @@
-"""jobs/join_job.py end to end: its Parquet output equals an independent join of the input files.
+"""jobs/join_job.py end to end: its output (Parquet; in the spark-submit run its default, a Delta
+table) equals an independent join of the input files.
 
 Two inputs. A hand-made click stream (impressions, the visits they cause after various delays,
 visits from other referers, other users), written in event-time order, one file per micro-batch,
@@ -27,7 +28,13 @@ from attribution.config import MS_PER_DAY, MS_PER_MINUTE, parse_duration_ms
 from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.spark.files import read_events, write_events
 from joins.testing import FAST_STATE_CONF, session_conf
-from support import FILE_TIME, ROOT, spark_submit_jar_options, stage_in_arrival_order
+from support import (
+    FILE_TIME,
+    PARQUET_OUTPUT,
+    ROOT,
+    spark_submit_jar_options,
+    stage_in_arrival_order,
+)
 
 JOB = ROOT / "jobs" / "join_job.py"
 BASE_MS = ts_to_ms("2024-03-01T08:00:00Z")
@@ -178,7 +185,7 @@ def _run_job(spark, tmp_path, events, fmt, strategy, how):
         "--events", str(events_dir), "--format", fmt, "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "ckpt"), "--max-files-per-trigger", "1",
         "--strategy", strategy, "--how", how, "--window", WINDOW, "--max-delay", MAX_DELAY,
-        "--metrics", str(metrics), "--quiet"])
+        "--metrics", str(metrics), "--quiet", *PARQUET_OUTPUT])
     join_job.write_metrics(join_job.run(spark, args), args)
     return read_output(spark, tmp_path / "out"), json.loads(metrics.read_text())
 
@@ -369,7 +376,8 @@ def test_redelivered_records_join_once_and_invalid_ones_are_dead_lettered(
     args = parse_args(["--events", str(events_dir), "--output", str(tmp_path / "out"),
                        "--checkpoint", str(tmp_path / "ckpt"), "--dead-letter",
                        str(tmp_path / "dead"), "--metrics", str(tmp_path / "metrics.json"),
-                       "--max-files-per-trigger", "1", "--strategy", strategy, "--quiet"])
+                       "--max-files-per-trigger", "1", "--strategy", strategy, "--quiet",
+                       *PARQUET_OUTPUT])
     write_metrics(run(spark, args), args)
 
     rows = output_rows(spark, tmp_path / "out")
@@ -449,7 +457,7 @@ def test_avro_input_joins_to_the_rows_of_parquet_input_of_the_same_seed(spark, t
                            "--checkpoint", str(tmp_path / f"ckpt-{fmt}"),
                            "--dead-letter", str(tmp_path / f"dead-{fmt}"),
                            "--metrics", str(tmp_path / f"metrics-{fmt}.json"),
-                           "--max-files-per-trigger", "1", "--quiet"])
+                           "--max-files-per-trigger", "1", "--quiet", *PARQUET_OUTPUT])
         write_metrics(run(spark, args), args)
         rows[fmt] = read_output(spark, tmp_path / f"out-{fmt}")
         totals[fmt] = json.loads((tmp_path / f"metrics-{fmt}.json").read_text())["totals"]

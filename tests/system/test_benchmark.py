@@ -49,7 +49,9 @@ from support import ROOT
 
 
 def test_tiny_run_prints_every_row_with_sane_numbers(spark, tmp_path, capsys):
-    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3",
+    # Without the warm-up, which would run each of the seven Spark kinds once more
+    # (test_allowed_lateness_... covers it on one kind).
+    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3", "--no-warmup",
                        "--work-dir", str(tmp_path / "work"), "--json", str(tmp_path / "r.json")])
     results = run(spark, args)
     out = capsys.readouterr().out
@@ -164,11 +166,19 @@ def test_state_growth_mode_plateaus_with_gc_and_grows_without(spark, tmp_path, c
 @pytest.mark.slow
 def test_allowed_lateness_adds_a_row_per_value_for_each_streaming_backend(spark, tmp_path,
                                                                          capsys):
-    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3", "--no-warmup",
+    # With the warm-up: it runs each Spark kind of --runs (here one) once, untimed, first.
+    args = parse_args(["--events", "2000", "--repeats", "1", "--files", "3",
                        "--no-state-encoding", "--runs", "applyInPandasWithState,core",
                        "--allowed-lateness", "0,1 hour", "--work-dir", str(tmp_path / "work")])
     rows = run(spark, args)["main"]["summaries"]
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    progress = [line for line in captured.err.splitlines() if line.startswith("[")]
+    warmed = [n for n, line in enumerate(progress) if line.startswith("[warm-up] ")]
+    measured = [n for n, line in enumerate(progress) if line.startswith("[main] run ")]
+    assert [progress[n] for n in warmed] == [
+        f"[warm-up] {RUN_LABELS['applyInPandasWithState']} ..."]
+    assert len(measured) == 3 and warmed[0] < measured[0]  # untimed, before every measured run
     assert [(r["kind"], r["allowed_lateness_ms"]) for r in rows] == [
         ("applyInPandasWithState", 0), ("applyInPandasWithState", 3_600_000), ("core", 0)]
     assert all(r["check"] == "ok" for r in rows)  # no late record: the same goals either way
