@@ -53,11 +53,15 @@ docs-examples: check-java $(STAMP) $(JARS)
 # Every driver JVM the suite starts (its sessions, the jobs it runs as subprocesses) compiles with
 # the JIT's first tier only: on test-sized data the JVMs spend more CPU compiling than running,
 # and a cold job ran about 9% faster so (README).
+# Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding
+# where the suite's time goes beyond the 20 slowest it prints.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1
+TEST_RESULTS ?= build/test-results.xml
 test: check-java lint $(JARS)
 	SPARK_SUBMIT_OPTS="$(strip $(SPARK_SUBMIT_OPTS) $(TEST_JVM_OPTS))" \
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal \
+		--junitxml=$(TEST_RESULTS)
 
 # The unit tier alone: no Spark session, about a minute.
 test-fast: lint

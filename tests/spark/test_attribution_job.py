@@ -237,6 +237,10 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
         assert "Traceback" not in result.stderr
 
 
+# Where the job's script goes among ``spark_submit``'s arguments.
+JOB = "<the job>"
+
+
 def spark_submit(*arguments, cwd: Path) -> subprocess.CompletedProcess:
     """The attribution job run under the venv's spark-submit, with ``arguments`` before and
     after the script's name (split at ``JOB``)."""
@@ -246,9 +250,6 @@ def spark_submit(*arguments, cwd: Path) -> subprocess.CompletedProcess:
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
          *arguments[:at], str(ROOT / "jobs" / "attribution_job.py"), *arguments[at + 1:]],
         capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-
-
-JOB = "<the job>"
 
 
 def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch7_stream_dir):

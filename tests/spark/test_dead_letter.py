@@ -410,7 +410,7 @@ def test_records_at_the_future_skew_edge_land_in_exactly_one_place(spark, tmp_pa
     os.utime(events / "part-00001.json", (written_s + 20, written_s + 20))  # the heartbeat fits
     options = ["--mode", "batch"] if mode == "batch" else ["--max-files-per-trigger", "1"]
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
-                       "--output-format", "parquet",
+                       *PARQUET_OUTPUT,
                        "--checkpoint", str(tmp_path / "cp"), "--dead-letter", str(tmp_path / "dl"),
                        "--watermark-delay", "0 seconds", "--max-future-skew", "1 day",
                        "--quiet", *options])

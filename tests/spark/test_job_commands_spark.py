@@ -13,7 +13,7 @@ import pytest
 
 from attribution.spark.files import read_events, write_events
 from jobs import attribution_job, join_job
-from support import error_line, stage_in_arrival_order
+from support import PARQUET_OUTPUT, error_line, stage_in_arrival_order
 
 JOBS = {"attribution": attribution_job, "join": join_job}
 
@@ -42,7 +42,7 @@ def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_
     os.utime(broken, (mtime, mtime))
 
     argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
-            "--output-format", "parquet",
+            *PARQUET_OUTPUT,
             "--checkpoint", str(tmp_path / "cp"), "--max-files-per-trigger", "1", "--quiet",
             "--watermark-delay", "3 minutes", "--log-file", str(tmp_path / "spark.log")]
     assert job.main(argv) == 3

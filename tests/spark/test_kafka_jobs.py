@@ -140,7 +140,7 @@ def test_the_join_job_from_a_topic_equals_the_join_job_from_the_files(spark, tmp
     def run_once(input_options, name):
         join_job.run(spark, join_job.parse_args([
             *input_options, "--output", str(tmp_path / name / "out"),
-            "--output-format", "parquet",
+            *PARQUET_OUTPUT,
             "--checkpoint", str(tmp_path / name / "cp"), "--max-delay", "3 hours",
             "--quiet"]))
 

@@ -27,7 +27,7 @@ from generators.params import GeneratorParams
 from generators.truth import read_truth
 from jobs import example, report
 from jobs.attribution_job import parse_args, run
-from support import committed_attributions
+from support import PARQUET_OUTPUT, committed_attributions
 
 COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
 # Spec sections 7 and 8: the columns' values when their features are off.
@@ -40,7 +40,7 @@ def test_the_reader_returns_exactly_the_committed_rows(spark, tmp_path, ch7_stre
     spark.conf.set(COMPACT_INTERVAL, "3")  # eight micro-batches: 2.compact, 5.compact, 6, 7
     try:
         run(spark, parse_args(["--events", str(ch7_stream_dir), "--output", str(out),
-                               "--output-format", "parquet",
+                               *PARQUET_OUTPUT,
                                "--checkpoint", str(tmp_path / "checkpoint"), "--quiet",
                                "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes"]))
     finally:
@@ -116,7 +116,7 @@ def test_the_report_runs_on_a_batch_job_output(spark, tmp_path):
     dataset = generate(GeneratorParams(users=60, seed=5, files=3), tmp_path / "data", plot=False)
     run(spark, parse_args(["--events", str(dataset.events_dir), "--mode", "batch", "--quiet",
                            "--output", str(tmp_path / "attributions"),
-                           "--output-format", "parquet"]))
+                           *PARQUET_OUTPUT]))
     attributions = tmp_path / "attributions"
     assert (attributions / "_SUCCESS").exists()
     assert not (attributions / "_spark_metadata").exists()

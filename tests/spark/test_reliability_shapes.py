@@ -19,7 +19,7 @@ from attribution.spark.files import write_events
 from generators.shapes import chain_events, hot_key_events
 from generators.shapes import hot_key_expected_rows as expected_rows
 from jobs.attribution_job import parse_args, run
-from support import stage_in_arrival_order
+from support import PARQUET_OUTPUT, stage_in_arrival_order
 
 HOPS = 10_000
 T0 = 1_709_251_200_000  # 2024-03-01T00:00:00Z
@@ -109,7 +109,7 @@ def _run_job(spark, tmp_path, events_dir, backend):
     options = ["--mode", "batch"] if backend == "batch" else [
         "--backend", backend, "--max-files-per-trigger", "1", "--watermark-delay", "1 minute"]
     args = parse_args(["--events", str(events_dir), "--output", str(tmp_path / "out"),
-                       "--output-format", "parquet", "--checkpoint",
+                       *PARQUET_OUTPUT, "--checkpoint",
                        str(tmp_path / "checkpoint"), "--quiet", *options])
     report = run(spark, args)
     rows = spark.read.parquet(str(tmp_path / "out")).collect()

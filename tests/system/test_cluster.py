@@ -29,7 +29,7 @@ import pytest
 from attribution.oracle import sort_key
 from attribution.spark.pipeline import BACKENDS
 from generators.truth import read_truth
-from support import ROOT, committed_attributions
+from support import PARQUET_OUTPUT, ROOT, committed_attributions
 
 WAIT_SECONDS = 180
 # A SQL metric that every stateful operator (a StateStoreWriter) updates in each of its tasks.
@@ -229,7 +229,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                 "--conf", f"spark.eventLog.dir={(tmp_path / backend / 'events').as_uri()}",
                 str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
                 "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
-                "--output-format", "parquet",
+                *PARQUET_OUTPUT,
                 "--checkpoint", str(tmp_path / backend / "checkpoint"),
                 "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
                 "--shuffle-partitions", "2"],

@@ -23,6 +23,7 @@ from attribution.spark.files import read_events
 from commandline.exits import ExitCode
 from support import (
     CH7_DIR,
+    PARQUET_OUTPUT,
     ROOT,
     assert_no_traceback,
     command_environment,
@@ -58,7 +59,7 @@ def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, t
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
     assert len(list(events.iterdir())) == FILES
     options = [str(JOB), "--events", str(events), "--output", "out", "--checkpoint", "cp",
-               "--output-format", "parquet",
+               *PARQUET_OUTPUT,
                "--backend", backend, "--master", "local[2]", "--max-files-per-trigger", "1",
                "--watermark-delay", "3 minutes", "--log-file", "spark.log"]
     returncode, stdout, stderr = signal_after_batch_1(options, tmp_path, signum, to_group)
@@ -97,7 +98,7 @@ def test_a_signal_stops_the_join_job_after_the_current_batch_and_a_rerun_complet
     common = ["--events", str(events), "--max-files-per-trigger", "1", "--window", "1 hour",
               "--max-delay", "3 minutes", "--strategy", "state-key"]
     options = [str(JOIN_JOB), *common, "--output", "out", "--checkpoint", "cp",
-               "--output-format", "parquet",
+               *PARQUET_OUTPUT,
                "--master", "local[2]", "--log-file", "spark.log"]
     returncode, stdout, stderr = signal_after_batch_1(options, tmp_path, signal.SIGTERM, False)
 
@@ -118,7 +119,7 @@ def test_a_signal_stops_the_join_job_after_the_current_batch_and_a_rerun_complet
 
     join_job.run(spark, join_job.parse_args(
         [*common, "--output", str(tmp_path / "whole"), "--checkpoint", str(tmp_path / "cp2"),
-         "--output-format", "parquet",
+         *PARQUET_OUTPUT,
          "--quiet"]))
 
     def rows(path):
