@@ -589,7 +589,10 @@ def obey_file_permissions() -> None:
 def assert_no_traceback(text: str) -> None:
     """Fail if ``text`` holds any part of a Python or Java stack trace."""
     found = [marker for marker in TRACEBACK_MARKERS if marker in text]
-    assert not found, f"a traceback reached the terminal ({found}):\n{text[-3000:]}"
+    if found:  # the trace's start names its thread and exception; its end may be frames only
+        start = max(0, min(text.index(marker) for marker in found) - 500)
+        raise AssertionError(f"a traceback reached the terminal ({found}):\n"
+                             f"{text[start:start + 2500]}\n[...]\n{text[-500:]}")
 
 
 def error_line(stderr: str) -> str:

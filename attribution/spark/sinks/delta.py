@@ -44,6 +44,7 @@ from ..pipeline import apply_trigger
 from ..sources.offset_log import batch_offsets
 from ..storage import location
 from .base import REPLACE_ALL, REPLACE_DATES, Sink
+from .interruption import stop_safe
 
 # The session settings Delta reads for a SQL command's (MERGE's) idempotency and commit message.
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -180,8 +181,9 @@ class DeltaSink(Sink):
                                         batch_frontier(checkpoint, batch_id,
                                                        self.allowed_lateness_ms), columns)
 
-        writer = (rows.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
-                  .queryName(query_name))
+        # stop_safe: a stop landing during the write is read by Spark as the stop it is.
+        writer = (rows.writeStream.foreachBatch(stop_safe(write))
+                  .option("checkpointLocation", checkpoint).queryName(query_name))
         return apply_trigger(writer, trigger).start()
 
     def _create_current(self, spark, schema, columns: list) -> None:
