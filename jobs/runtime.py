@@ -32,7 +32,8 @@ from jvm import artifacts as jvm_artifacts
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("attribution", "joins", "generators", "jobs", "commandline", "jvm")
 # Settings the project turns off by default and a user may turn on (--conf or spark-submit's).
-USER_CHOICES = ("spark.ui.enabled", "spark.ui.showConsoleProgress")
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+USER_CHOICES = ("spark.ui.enabled", "spark.ui.showConsoleProgress", DATAFRAME_DEBUGGING)
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 ROCKSDB_PROVIDER = ("org.apache.spark.sql.execution.streaming.state."
                     "RocksDBStateStoreProvider")
@@ -73,6 +74,11 @@ def build_spark_session(app_name: str, master: Optional[str] = None,
         # A Python worker has 15 s by default to connect back to its executor; on a busy host
         # (a loaded laptop, an oversubscribed node) that fails tasks for nothing.
         "spark.python.authenticate.socketTimeout": "120s",
+        # PySpark's call-site capture: on by default, it costs every DataFrame function call
+        # a Python stack walk and some eight py4j round trips; the validation rules alone are
+        # thousands of calls per query built. Off, errors lose the Python line in their query
+        # context; --conf spark.python.sql.dataFrameDebugging.enabled=true brings it back.
+        DATAFRAME_DEBUGGING: "false",
     }
     if not launched_by_spark_submit():  # spark-submit users pass --jars or --packages
         conf.update(jvm_artifacts.spark_conf())  # Kafka connector and Delta: jvm/pom.xml
