@@ -24,7 +24,8 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+import functools
+from typing import Callable, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -50,6 +51,26 @@ _TS_PATTERNS = ("yyyy-MM-dd'T'HH:mm:ss[.SSSSSS]XXX", "yyyy-MM-dd'T'HH:mm[:ss][.S
                 "yyyy-MM-dd HH:mm:ss[.SSSSSS]XXX")
 _TS_PATTERN_WITHOUT_OFFSET = "yyyy-MM-dd['T'][ ]HH:mm[:ss][.SSSSSS]"
 _REASON_PREVIEW = 64  # characters of an offending value quoted in a reason, as events.py does
+
+
+def _built_once_per_jvm(build: Callable) -> Callable:
+    """``build`` (a function of hashable arguments that returns Columns) run once per JVM and
+    arguments. A Column is an expression the JVM holds, reusable by any DataFrame of any session
+    of that JVM; building one costs a py4j round trip per function call, and the rules are
+    hundreds of calls, paid again by every micro-batch the dead letter or the late-record audit
+    classifies. A new JVM (a new gateway) builds them again."""
+    built: dict = {}
+
+    @functools.wraps(build)
+    def cached(*args):
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if args not in built or built[args][0] is not gateway:
+            built[args] = (gateway, build(*args))
+        return built[args][1]
+
+    return cached
 
 
 def _pandas_time_range() -> tuple[str, str]:
@@ -140,12 +161,9 @@ def _parse_ts(text: Column) -> Column:
     return F.coalesce(*(F.try_to_timestamp(text, F.lit(p)) for p in _TS_PATTERNS))
 
 
-def _json_view(raw: DataFrame, passed: list[str]) -> DataFrame:
-    # Built in stages, each a projection over the previous one's columns. The rules test every
-    # kind many times inside CASE WHEN branches, where Spark does not share common
-    # subexpressions: computed inline, each test would re-extract the field from the variant.
-    # Spark keeps a projection separate when inlining it would repeat an expensive expression.
-    parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
+@_built_once_per_jvm
+def _json_view_stages(passed: tuple) -> tuple[list, list, list]:
+    """The Columns of ``_json_view``'s three projections, ``passed`` through the first."""
     v = F.col("_v")
     columns = [F.col("raw_record"), *passed, _record_kind(v).alias("k_record"),
                F.lit(None).cast("string").alias("read_error")]
@@ -160,29 +178,42 @@ def _json_view(raw: DataFrame, passed: list[str]) -> DataFrame:
                 F.try_variant_get(v, "$.value", "double").alias("value"),
                 F.try_variant_get(v, "$.impression_id", "bigint").alias("id_long"),
                 F.try_variant_get(v, "$.impression_id", "double").alias("id_double")]
-    variant_types = parsed.select(*columns)
 
-    kinds = variant_types.select(
-        "*", *(_python_kind(F.col(f"t_{name}")).alias(f"k_{name}") for name in EVENT_FIELDS),
-        _parse_ts(F.col("ts_text")).alias("ts_parsed"))
+    kinds = [F.col("*"),
+             *(_python_kind(F.col(f"t_{name}")).alias(f"k_{name}") for name in EVENT_FIELDS),
+             _parse_ts(F.col("ts_text")).alias("ts_parsed")]
 
     # Like events.py, an integral float (1.0) is an integer id; 1.5 is not (a bigint cast of the
     # variant would silently truncate it).
     id_kind, id_double = F.col("k_impression_id"), F.col("id_double")
     integral_float = (id_kind == "float") & (id_double == F.floor(id_double))
     is_text_ts = F.col("k_ts") == "str"
-    return kinds.select(
-        "*",
+    typed = [
+        F.col("*"),
         ((id_kind == "int") | integral_float).alias("impression_id_integral"),
         F.when(id_kind == "int", F.col("id_long"))
          .when(integral_float, id_double.try_cast("bigint")).alias("impression_id"),
         F.when(is_text_ts, F.col("ts_parsed")).alias("ts"),
         F.when(is_text_ts & F.col("ts_parsed").isNull(),
                F.try_to_timestamp("ts_text", F.lit(_TS_PATTERN_WITHOUT_OFFSET)))
-         .alias("ts_without_offset"))
+         .alias("ts_without_offset"),
+    ]
+    return columns, kinds, typed
 
 
-def _typed_view(raw: DataFrame, passed: list[str]) -> DataFrame:
+def _json_view(raw: DataFrame, passed: list[str]) -> DataFrame:
+    # Built in stages, each a projection over the previous one's columns. The rules test every
+    # kind many times inside CASE WHEN branches, where Spark does not share common
+    # subexpressions: computed inline, each test would re-extract the field from the variant.
+    # Spark keeps a projection separate when inlining it would repeat an expensive expression.
+    columns, kinds, typed = _json_view_stages(tuple(passed))
+    parsed = raw.withColumn("_v", F.try_parse_json("raw_record"))
+    return parsed.select(*columns).select(*kinds).select(*typed)
+
+
+@_built_once_per_jvm
+def _typed_view_columns(passed: tuple) -> list:
+    """The Columns of ``_typed_view``'s projection, ``passed`` through."""
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int", "double": "float",
              "timestamp": "timestamp"}
     # raw_record is left to ``classify``, which renders it for the invalid rows only.
@@ -193,7 +224,11 @@ def _typed_view(raw: DataFrame, passed: list[str]) -> DataFrame:
     columns += [F.lit(None).cast("string").alias("ts_text"),
                 F.col("impression_id").isNotNull().alias("impression_id_integral"),
                 F.lit(None).cast("timestamp").alias("ts_without_offset")]
-    return raw.select(*columns)
+    return columns
+
+
+def _typed_view(raw: DataFrame, passed: list[str]) -> DataFrame:
+    return raw.select(*_typed_view_columns(tuple(passed)))
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -336,6 +371,15 @@ def _first_reason(rules: list[tuple[Column, Column]]) -> Column:
     return reason.otherwise(F.lit(None).cast("string"))
 
 
+@_built_once_per_jvm
+def _validity(max_future_skew_ms: int, skew_text: str, arrival: str) -> tuple[Column, Column]:
+    """``valid`` (no rule broken) and ``reason`` (the first broken rule's) of ``classify``, the
+    skew rule's arguments as ``_skew_rule`` takes them."""
+    rules = _rules(_skew_rule(max_future_skew_ms, skew_text, arrival))
+    return _none_broken([c for c, _ in rules]), _first_reason(rules)
+
+
+@_built_once_per_jvm
 def _event_columns() -> list[Column]:
     """A valid row in the event schema, with the fields its event type does not use nulled,
     as ``attribution.events.parse_event`` builds its ``Event``."""
@@ -386,11 +430,11 @@ def classify(raw: DataFrame, source: Union[EventSource, str], max_future_skew_ms
     origin = list(source.origin_columns)
     passed = [*origin, ARRIVAL_COLUMN]
     view = _json_view(raw, passed) if source.format.text else _typed_view(raw, passed)
-    rules = _rules(_skew_rule(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
-                              source.arrival))
-    view = (view.withColumn("valid", _none_broken([c for c, _ in rules]))
+    valid, reason = _validity(max_future_skew_ms, skew_text or f"{max_future_skew_ms} ms",
+                              source.arrival)
+    view = (view.withColumn("valid", valid)
                 .observe(VALIDATION_METRICS, F.count(F.when(~F.col("valid"), 1)).alias("invalid"))
-                .withColumn("reason", F.when(~F.col("valid"), _first_reason(rules))))
+                .withColumn("reason", F.when(~F.col("valid"), reason)))
     if not source.format.text:
         # A typed row has no text of its own; it is rendered as JSON only for the dead letter
         # (on every valid row this cost more than all the rules).
