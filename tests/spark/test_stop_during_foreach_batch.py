@@ -53,9 +53,8 @@ def test_a_stop_during_the_write_is_a_clean_stop_and_the_batch_stays_uncommitted
              .option("checkpointLocation", str(checkpoint)).start())
     try:
         assert entered.wait(300), "the micro-batch never reached its writer"
-        query.stop()
     finally:
-        query.stop()
+        query.stop()  # lands during the write: the writer waits for it
 
     assert [type(error) for error in raised] == [InterruptedBatch]
     message = str(raised[0])
