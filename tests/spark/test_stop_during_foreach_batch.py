@@ -9,7 +9,7 @@ driver's terminal); its status message then never becomes ``Stopped``.
 
 The stop lands at a known point: the function waits, on the query's own thread (PySpark's pinned
 thread mode runs its JVM calls there), until ``stop()`` has interrupted that thread, and only
-then starts its write.
+then makes a JVM call that checks the interrupt.
 """
 from __future__ import annotations
 
@@ -31,12 +31,15 @@ def test_a_stop_during_the_write_is_a_clean_stop_and_the_batch_stays_uncommitted
     (events / "part-0.txt").write_text("".join(f"line {i}\n" for i in range(1000)))
     entered = threading.Event()
     raised = []
-    current_thread = spark.sparkContext._jvm.java.lang.Thread.currentThread
+    java_thread = spark.sparkContext._jvm.java.lang.Thread
 
     def write(batch, batch_id):
         entered.set()
-        while not current_thread().isInterrupted():  # the query's thread, until stop()
+        while not java_thread.currentThread().isInterrupted():  # the query's, until stop()
             time.sleep(0.05)
+        # A JVM call that checks the interrupt, as a write's waits do (a quick write may finish
+        # before it waits at all).
+        java_thread.sleep(1)
         batch.write.mode("append").parquet(str(tmp_path / "out"))
 
     safe = stop_safe(write)
