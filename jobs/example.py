@@ -22,9 +22,26 @@ from generators.params import GeneratorParams
 from generators.truth import read_truth
 from jobs import attribution_job
 
+EXAMPLE_FILES = 12  # the example's event files: one micro-batch each, and the heartbeat's
+
+
+def positive_int(text: str) -> int:
+    """``text`` as a whole number of at least 1, for ``argparse`` (its error names the value).
+
+    :param text: the option's value as given.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
 
 def example_parser(description: str, default_out: str) -> argparse.ArgumentParser:
-    """The options every example takes: its working directory, the users, the backend.
+    """The options every example takes: its working directory, the users, the files, the
+    backend.
 
     :param description: the example's ``--help`` text (its module docstring).
     :param default_out: the default working directory.
@@ -35,12 +52,16 @@ def example_parser(description: str, default_out: str) -> argparse.ArgumentParse
                         help="working directory, emptied first (default: %(default)s)")
     parser.add_argument("--users", type=int, default=300,
                         help="users to generate (default: %(default)s)")
+    parser.add_argument("--files", type=positive_int, default=EXAMPLE_FILES,
+                        help="event files to generate, streamed one per micro-batch; fewer "
+                             "make a quicker run of fewer micro-batches (default: %(default)s)")
     parser.add_argument("--backend", default=None,
                         help="stateful backend (default: the job's default)")
     return parser
 
 
-def generate_example(users: int, out: Path, truth: bool = True) -> GenerationResult:
+def generate_example(users: int, out: Path, truth: bool = True,
+                     files: int = EXAMPLE_FILES) -> GenerationResult:
     """Generate the example's dataset (no pictures) under ``out``: bounded disorder below the
     job's watermark delay, a few redeliveries and a trailing heartbeat, so that, read one file
     per micro-batch, no record is late and the streamed output must equal the batch oracle's.
@@ -48,8 +69,9 @@ def generate_example(users: int, out: Path, truth: bool = True) -> GenerationRes
     :param users: users to generate.
     :param out: the dataset's directory.
     :param truth: also write the batch oracle's truth file.
+    :param files: event files to generate (the heartbeat's comes on top).
     """
-    params = GeneratorParams(users=users, seed=7, files=12, heartbeat=True,
+    params = GeneratorParams(users=users, seed=7, files=files, heartbeat=True,
                              disorder="bounded", max_delay="2 minutes", redelivery_rate=0.02)
     print(f"generating {users} users of out-of-order events into {out} ...", file=sys.stderr)
     return generate(params, out, truth=truth, plot=False)
@@ -85,7 +107,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
-    dataset = generate_example(args.users, out / "data")
+    dataset = generate_example(args.users, out / "data", files=args.files)
 
     job_args = ["--events", str(dataset.events_dir), "--output", str(out / "attributions"),
                 "--checkpoint", str(out / "checkpoint"), "--max-files-per-trigger", "1"]

@@ -96,7 +96,7 @@ def run(args, out: Path, broker_dir: Path) -> int:
     :param broker_dir: the broker's directory.
     :returns: the job's exit code, or 1 when its output differs from the oracle's.
     """
-    dataset = generate_example(args.users, out / "data", truth=False)
+    dataset = generate_example(args.users, out / "data", truth=False, files=args.files)
     print(f"starting a local Kafka broker under {broker_dir} ...", file=sys.stderr, flush=True)
     bootstrap = kafka_local.start(str(broker_dir))
     print(f"  bootstrap.servers={bootstrap}", file=sys.stderr)

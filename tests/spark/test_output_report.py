@@ -105,7 +105,8 @@ def assert_report_matches(report_dir, truth) -> None:
 @pytest.mark.slow
 def test_the_report_runs_on_make_runs_output(spark, tmp_path):
     out = tmp_path / "example"
-    assert example.main(["--out", str(out), "--users", "60"]) == 0  # `make run` with fewer users
+    # `make run` with fewer users and files
+    assert example.main(["--out", str(out), "--users", "60", "--files", "4"]) == 0
     assert report.main(["--attributions", str(out / "attributions"),
                         "--out", str(out / "report")]) == 0
     truth = read_truth(out / "data" / TRUTH_FILE)

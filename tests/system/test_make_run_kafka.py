@@ -34,7 +34,7 @@ def _processes_of(config: Path) -> list[int]:
 def test_the_kafka_example_matches_the_oracle_and_stops_its_broker(tmp_path):
     out = tmp_path / "example-kafka"
     result = subprocess.run([sys.executable, "-m", "jobs.example_kafka", "--out", str(out),
-                             "--users", "40"],
+                             "--users", "40", "--files", "4"],
                             capture_output=True, text=True, check=False, cwd=ROOT,
                             env=command_environment(), timeout=1200)
     broker = BrokerDir(out / "broker")
