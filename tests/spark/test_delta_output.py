@@ -122,7 +122,7 @@ def late_dataset(tmp_path_factory):
     """Generated files with late records (some within the allowed lateness, some not), staged in
     arrival order, and the records a stream accepts."""
     root = tmp_path_factory.mktemp("delta-late")
-    result = generate_late_dataset(root, users=16, seed=11, files=8, total_span="3 days",
+    result = generate_late_dataset(root, users=16, seed=11, files=5, total_span="3 days",
                                    redelivery_rate=0.03, watermark_delay=DELAY)
     files = [read_events(f) for f in data_files(result.events_dir)]
     dropped = dropped_by_spark(files, parse_duration_ms(DELAY) + parse_duration_ms(LATENESS))
