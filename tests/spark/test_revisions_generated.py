@@ -45,7 +45,7 @@ LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
 def late_dataset(tmp_path_factory):
     """The staged files, each file's records, and the records Spark drops, by file."""
     root = tmp_path_factory.mktemp("late-generated")
-    result = generate_late_dataset(root, users=30, seed=11, files=16, total_span="4 days",
+    result = generate_late_dataset(root, users=30, seed=11, files=12, total_span="4 days",
                                    redelivery_rate=0.03, watermark_delay=DELAY)
     files = [read_events(f) for f in data_files(result.events_dir)]
     dropped = dropped_by_spark(files, parse_duration_ms(DELAY) + parse_duration_ms(LATENESS))
