@@ -130,7 +130,7 @@ def test_random_disordered_streams_equal_the_oracle(spark, tmp_path, backend):
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
-    params = GeneratorParams(users=40, seed=11, files=14, heartbeat=True, disorder="bounded",
+    params = GeneratorParams(users=40, seed=11, files=7, heartbeat=True, disorder="bounded",
                              max_delay="2 minutes", redelivery_rate=0.05,
                              watermark_delay="10 minutes")
     dataset = generate(params, tmp_path / "data", plot=False)
