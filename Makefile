@@ -57,7 +57,7 @@ docs-examples: check-java $(STAMP) $(JARS)
 # where the suite's time goes beyond the 20 slowest it prints.
 # Every driver JVM also maps CLASS_ARCHIVE, the classes of Spark's jars as a driver loaded them,
 # parsed and verified once per clone by tests/class_archive.py (about 45 s): the suite starts
-# many JVMs, and a start so costs about 40% less CPU. A JVM ignores an archive that does not
+# many JVMs, and a start so costs about a third less CPU. A JVM ignores an archive that does not
 # match it (-Xlog:cds=off keeps that quiet) and loads from the jars.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)

@@ -3,13 +3,13 @@
 ``python tests/class_archive.py ARCHIVE`` (``make test`` runs it once per clone, before pytest)
 starts a Spark driver JVM with ``-XX:ArchiveClassesAtExit``, runs a small workload that loads
 what the suite's drivers load (both stateful backends, the Parquet and Delta sinks, the dead
-letter and the late-record audit, the click join), and exits the JVM cleanly, so
-that HotSpot writes the classes it loaded from the application class path (Spark's own jars) to
-``ARCHIVE``. ``make test`` then starts every driver JVM (the session of each pytest worker and
-every job the tests run as a subprocess) with ``-XX:SharedArchiveFile=ARCHIVE``: those classes
-are mapped, already parsed and verified, instead of read from the jars again at each of the
-suite's many JVM starts. A driver's start and first two queries took 11.5 CPU seconds without
-it and 6.2 with it (2 cores, median of 2).
+letter and the late-record audit, the click join), and exits the JVM cleanly, so that HotSpot
+writes the classes it loaded from the application class path (Spark's own jars) to ``ARCHIVE``.
+``make test`` then starts every driver JVM (the session of each pytest worker and every job the
+tests run as a subprocess) with ``-XX:SharedArchiveFile=ARCHIVE``: those classes are mapped,
+already parsed and verified, instead of read from the jars again at each of the suite's many JVM
+starts. A driver's start and first two queries took 10.5 to 11.6 CPU seconds
+without it and 6.9 to 7.2 with it (2 cores, three runs each).
 
 Of the classes of the jars a session adds (``spark.jars``: Delta, the Kafka connector), loaded
 by Spark's own class loader, HotSpot archives only some; the rest load as before. A JVM whose
