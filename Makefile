@@ -61,14 +61,15 @@ docs-examples: check-java $(STAMP) $(JARS)
 # match it (-Xlog:cds=off keeps that quiet) and loads from the jars.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
-TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:SharedArchiveFile=$(CLASS_ARCHIVE) \
-	-Xlog:cds=off -Xlog:cds+dynamic=off
+TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
+CDS_LOG_OFF := -Xlog:cds=off -Xlog:cds+dynamic=off
+TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) -XX:SharedArchiveFile=$(CLASS_ARCHIVE) $(CDS_LOG_OFF)
 TEST_RESULTS ?= build/test-results.xml
 
 $(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
 	@mkdir -p $(dir $@)
 	@echo "building the test JVMs' class archive (tests/class_archive.py) ..."
-	@SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1" PYSPARK_PYTHON=$(abspath $(PY)) \
+	@SPARK_SUBMIT_OPTS="$(TEST_JIT_OPTS) $(CDS_LOG_OFF)" PYSPARK_PYTHON=$(abspath $(PY)) \
 		$(PY) tests/class_archive.py $@ > build/jvm/class-archive.log 2>&1 \
 		|| { tail -20 build/jvm/class-archive.log; exit 1; }
 

@@ -26,13 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from jobs import attribution_job, join_job
+from jobs.runtime import build_spark_session
+from support import CH7_DIR
 
-from jobs import attribution_job, join_job  # noqa: E402
-from jobs.runtime import build_spark_session  # noqa: E402
-
-CH7 = ROOT / "tests" / "data" / "ch7"
 # Both backends and both sinks: (backend, output format).
 ATTRIBUTION_RUNS = (("transformWithState", "delta"), ("applyInPandasWithState", "parquet"))
 
@@ -42,14 +39,14 @@ def _workload(spark, work: Path) -> None:
     for n, (backend, output_format) in enumerate(ATTRIBUTION_RUNS):
         run = work / f"attribution-{n}"
         settings = attribution_job.parse_args(
-            ["--events", str(CH7), "--output", str(run / "out"), "--checkpoint",
+            ["--events", str(CH7_DIR), "--output", str(run / "out"), "--checkpoint",
              str(run / "checkpoint"), "--backend", backend, "--output-format", output_format,
              "--dead-letter", str(run / "dead"), "--late-records", str(run / "late"),
              "--quiet"])
         attribution_job.run(spark, settings)
     join = work / "join"
     join_job.run(spark, join_job.parse_args(
-        ["--events", str(CH7), "--output", str(join / "out"), "--checkpoint",
+        ["--events", str(CH7_DIR), "--output", str(join / "out"), "--checkpoint",
          str(join / "checkpoint"), "--quiet"]))
 
 
@@ -61,11 +58,9 @@ def build(archive: Path) -> None:
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
+    # The JVM's other options (the JIT's, the quiet class-sharing log) are the caller's: make's.
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [
-        os.environ.get("SPARK_SUBMIT_OPTS", ""), f"-XX:ArchiveClassesAtExit={partial}",
-        # The classes HotSpot cannot archive (signed jars, generated ones) are not news.
-        "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.get("SPARK_SUBMIT_OPTS", ""), f"-XX:ArchiveClassesAtExit={partial}"]))
     work = Path(tempfile.mkdtemp(prefix="class-archive-"))
     try:
         spark = build_spark_session("class-archive", master="local[2]", shuffle_partitions=2)
