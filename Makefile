@@ -59,17 +59,24 @@ docs-examples: check-java $(STAMP) $(JARS)
 # parsed and verified once per clone by tests/class_archive.py (about 45 s): the suite starts
 # many JVMs, and a start so costs about a third less CPU. A JVM ignores an archive that does not
 # match it (-Xlog:cds=off keeps that quiet) and loads from the jars.
+# Every test JVM evaluates Spark's expressions interpreted (TEST_SPARK_PROPS, Spark settings as
+# JVM properties, which any --conf overrides): on test-sized data, generating and compiling Java
+# for each query's operators costs more than it saves (README). The spark-submit runs of both
+# jobs keep Spark's code generation (tests/support.py: SPARK_CODEGEN_DEFAULTS), as users run it.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
+TEST_SPARK_PROPS := -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN
 CDS_LOG_OFF := -Xlog:cds=off -Xlog:cds+dynamic=off
-TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) -XX:SharedArchiveFile=$(CLASS_ARCHIVE) $(CDS_LOG_OFF)
+TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) $(TEST_SPARK_PROPS) -XX:SharedArchiveFile=$(CLASS_ARCHIVE) \
+	$(CDS_LOG_OFF)
 TEST_RESULTS ?= build/test-results.xml
 
 $(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
 	@mkdir -p $(dir $@)
 	@echo "building the test JVMs' class archive (tests/class_archive.py) ..."
-	@SPARK_SUBMIT_OPTS="$(TEST_JIT_OPTS) $(CDS_LOG_OFF)" PYSPARK_PYTHON=$(abspath $(PY)) \
+	@SPARK_SUBMIT_OPTS="$(TEST_JIT_OPTS) $(TEST_SPARK_PROPS) $(CDS_LOG_OFF)" \
+		PYSPARK_PYTHON=$(abspath $(PY)) \
 		$(PY) tests/class_archive.py $@ > build/jvm/class-archive.log 2>&1 \
 		|| { tail -20 build/jvm/class-archive.log; exit 1; }
 

@@ -25,6 +25,7 @@ from support import (
     CONFLICTING_COPIES_ROWS,
     PARQUET_OUTPUT,
     ROOT,
+    SPARK_CODEGEN_DEFAULTS,
     assert_no_traceback,
     conflicting_copies,
     conflicting_copies_row,
@@ -268,7 +269,7 @@ def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch
 @pytest.mark.slow
 def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     result = spark_submit(
-        *spark_submit_jar_options(), JOB,
+        *spark_submit_jar_options(), *SPARK_CODEGEN_DEFAULTS, JOB,
         "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
         "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json"),

@@ -32,6 +32,7 @@ from support import (
     FILE_TIME,
     PARQUET_OUTPUT,
     ROOT,
+    SPARK_CODEGEN_DEFAULTS,
     spark_submit_jar_options,
     stage_in_arrival_order,
 )
@@ -270,7 +271,8 @@ def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, click
     spark_submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", *spark_submit_jar_options(), str(JOB),
+        [str(spark_submit), "--master", "local[2]", *spark_submit_jar_options(),
+         *SPARK_CODEGEN_DEFAULTS, str(JOB),
          "--events", str(events_dir),
          "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"),
          "--max-files-per-trigger", "2", "--shuffle-partitions", "1", "--strategy", "mixed",
