@@ -59,7 +59,7 @@ docs-examples: check-java $(STAMP) $(JARS)
 # parsed and verified once per clone by tests/class_archive.py (about 45 s): the suite starts
 # many JVMs, and a start so costs about a third less CPU. A JVM ignores an archive that does not
 # match it (-Xlog:cds=off keeps that quiet) and loads from the jars.
-# Every test JVM evaluates Spark's expressions interpreted (TEST_SPARK_PROPS, Spark settings as
+# Every driver JVM evaluates Spark's expressions interpreted (TEST_SPARK_PROPS, Spark settings as
 # JVM properties, which any --conf overrides): on test-sized data, generating and compiling Java
 # for each query's operators costs more than it saves (README). The spark-submit runs of both
 # jobs keep Spark's code generation (tests/support.py: SPARK_CODEGEN_DEFAULTS), as users run it.
