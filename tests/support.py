@@ -558,7 +558,7 @@ TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat jav
                      "Exception in thread", "py4j.protocol", "Py4JJavaError")
 
 
-# Spark's own defaults for its code generation. `make test` runs every test JVM on Spark's
+# Spark's own defaults for its code generation. `make test` runs every driver JVM on Spark's
 # interpreted expressions instead (TEST_SPARK_PROPS in the Makefile); the spark-submit runs of
 # each job give these back, so that the suite also runs both jobs as users do.
 SPARK_CODEGEN_DEFAULTS = ["--conf", "spark.sql.codegen.wholeStage=true",
