@@ -184,12 +184,19 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
 
     spark_home = _spark_home()
     spark_class = str(spark_home / "bin" / "spark-class")
+    # The master, the workers and the executors run with the JVM options of the suite's drivers
+    # (the Makefile's TEST_JVM_OPTS, in SPARK_SUBMIT_OPTS): the JIT's first tier, and the class
+    # archive, which needs the drivers' class path, so Spark's own (absent) conf directory.
+    # Spark settings among them (-Dspark.*) reach the executors from the driver, and Spark
+    # refuses them in spark.executor.extraJavaOptions.
+    jvm_options = " ".join(option for option in os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+                           if not option.startswith("-Dspark."))
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": str(executor_python), "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-           "SPARK_LOG_DIR": str(tmp_path / "logs"), "SPARK_CONF_DIR": str(tmp_path / "conf")}
-    env.pop("PYTHONPATH", None)
-    (tmp_path / "conf").mkdir()
+           "SPARK_DAEMON_JAVA_OPTS": jvm_options, "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    for inherited in ("PYTHONPATH", "SPARK_CONF_DIR"):
+        env.pop(inherited, None)
     master_port = _free_port()
     master_url = f"spark://127.0.0.1:{master_port}"
     daemons: list[Daemon] = []
@@ -221,6 +228,8 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
                 str(spark_home / "bin" / "spark-submit"), "--master", master_url,
                 "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
                 "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+                *(["--conf", f"spark.executor.extraJavaOptions={jvm_options}"]
+                  if jvm_options else []),
                 "--conf", "spark.driver.bindAddress=127.0.0.1",
                 "--conf", "spark.eventLog.enabled=true",
                 # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
