@@ -63,6 +63,8 @@ docs-examples: check-java $(STAMP) $(JARS)
 # JVM properties, which any --conf overrides): on test-sized data, generating and compiling Java
 # for each query's operators costs more than it saves (README). The spark-submit runs of both
 # jobs keep Spark's code generation (tests/support.py: SPARK_CODEGEN_DEFAULTS), as users run it.
+# The Kafka brokers the suite starts (jvm/kafka_local.py takes KAFKA_OPTS) and the cluster test's
+# master, workers and executors (tests/system/test_cluster.py) take the JIT's first tier too.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
@@ -82,6 +84,7 @@ $(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
 
 test: check-java lint $(JARS) $(CLASS_ARCHIVE)
 	SPARK_SUBMIT_OPTS="$(strip $(SPARK_SUBMIT_OPTS) $(TEST_JVM_OPTS))" \
+	KAFKA_OPTS="$(strip $(KAFKA_OPTS) $(TEST_JIT_OPTS))" \
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal \
 		--junitxml=$(TEST_RESULTS)
 

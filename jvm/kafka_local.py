@@ -5,7 +5,9 @@ from the jars of ``jvm/pom.xml``'s ``kafka-broker`` profile (no tarball, no Dock
 with everything under ``DIR``: its settings (``server.properties``), its data (``data/``), its log
 (``broker.log``) and its process id (``broker.pid``). It returns once the broker answers a metadata
 request, and prints ``bootstrap.servers=127.0.0.1:PORT`` as its last line. ``kafka-local stop
---dir DIR`` ends that process by its id and waits for it to exit.
+--dir DIR`` ends that process by its id and waits for it to exit. ``KAFKA_OPTS``, as for Kafka's
+own scripts, holds more JVM options for the broker and its storage formatter (``make test`` gives
+them the JIT's first tier, as the suite's Spark JVMs).
 
 Starting again on the same ``DIR`` keeps its topics: the storage is formatted once, with a cluster
 id kept in ``DIR``, and reused. The ports of the previous run are reused when free, otherwise new
@@ -37,6 +39,11 @@ START_TIMEOUT = 60.0  # seconds for the JVM to start and answer; it usually take
 STOP_TIMEOUT = 60.0   # seconds for a controlled shutdown before the process is killed
 HEAP = "-Xmx512m"     # a test broker holds little; Kafka's scripts default to 1 GB
 TOOL_HEAP = "-Xmx256m"  # the storage formatter, a short-lived JVM beside a busy test session
+
+
+def _jvm_options() -> list[str]:
+    """The user's ``KAFKA_OPTS``: more JVM options, as Kafka's own scripts take them."""
+    return os.environ.get("KAFKA_OPTS", "").split()
 
 
 class BrokerDir:
@@ -195,7 +202,7 @@ def start(directory: str, timeout: float = START_TIMEOUT) -> str:
         _format_storage(java, classpath, broker)
     with open(broker.log, "ab") as log:
         process = subprocess.Popen(
-            [java, HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            [java, HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true", *_jvm_options(),
              "-Dorg.slf4j.simpleLogger.showDateTime=true",
              "-cp", classpath, "kafka.Kafka", str(broker.config)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=broker.root,
@@ -215,7 +222,7 @@ def _format_storage(java: str, classpath: str, broker: BrokerDir) -> None:
     format``), its output appended to the broker's log; a failure names the tool's own last
     words, which say why (a full disk, an unwritable directory)."""
     done = subprocess.run(
-        [java, TOOL_HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format",
+        [java, TOOL_HEAP, *_jvm_options(), "-cp", classpath, "kafka.tools.StorageTool", "format",
          "-t", broker.cluster_id(), "-c", str(broker.config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     with open(broker.log, "a") as log:
@@ -303,7 +310,8 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kafka-local", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A single-node Kafka broker (KRaft) on 127.0.0.1, its data, settings, log "
-                    "and process id under one directory.",
+                    "and process id under one directory. KAFKA_OPTS, as for Kafka's own "
+                    "scripts, holds more JVM options for the broker.",
         epilog=exit_codes_help(ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE))
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("start", help="start the broker (or find it running) and print "

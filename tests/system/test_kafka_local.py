@@ -1,11 +1,14 @@
 """``kafka-local``, run as a user runs it: ``start`` prints the bootstrap line last and within
-60 s, ``stop`` ends the broker's process, and a restart on the same directory keeps its topics."""
+60 s, the broker's JVM takes ``KAFKA_OPTS``, ``stop`` ends the broker's process, and a restart
+on the same directory keeps its topics."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -15,14 +18,17 @@ from support import ROOT, assert_no_traceback
 COMMAND = [sys.executable, "-m", "jvm.kafka_local"]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, kafka_opts: str = "") -> subprocess.CompletedProcess:
+    """``kafka-local`` with ``args``; ``kafka_opts`` added to the inherited ``KAFKA_OPTS``."""
+    env = {**os.environ,
+           "KAFKA_OPTS": " ".join(filter(None, [os.environ.get("KAFKA_OPTS"), kafka_opts]))}
     return subprocess.run([*COMMAND, *args], capture_output=True, text=True, check=False,
-                          cwd=ROOT, timeout=180)
+                          cwd=ROOT, timeout=180, env=env)
 
 
-def _start(directory) -> str:
+def _start(directory, kafka_opts: str = "") -> str:
     began = time.monotonic()
-    result = _run("start", "--dir", str(directory))
+    result = _run("start", "--dir", str(directory), kafka_opts=kafka_opts)
     elapsed = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
@@ -38,9 +44,11 @@ def _stop(directory) -> None:
 
 
 def test_start_prints_the_bootstrap_line_and_stop_ends_the_process(tmp_path):
-    bootstrap = _start(tmp_path)
+    probe = "-Dkafka.local.test.probe=given"
+    bootstrap = _start(tmp_path, kafka_opts=probe)
     pid = int(BrokerDir(tmp_path).pid_file.read_text())
     assert _is_broker(pid)
+    assert probe in Path(f"/proc/{pid}/cmdline").read_text().split("\0")  # KAFKA_OPTS taken
     brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
     assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
     _stop(tmp_path)
