@@ -47,11 +47,13 @@ def test_start_prints_the_bootstrap_line_and_stop_ends_the_process(tmp_path):
     probe = "-Dkafka.local.test.probe=given"
     bootstrap = _start(tmp_path, kafka_opts=probe)
     pid = int(BrokerDir(tmp_path).pid_file.read_text())
-    assert _is_broker(pid)
-    assert probe in Path(f"/proc/{pid}/cmdline").read_text().split("\0")  # KAFKA_OPTS taken
-    brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
-    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
-    _stop(tmp_path)
+    try:  # a failed check still stops the broker
+        assert _is_broker(pid)
+        assert probe in Path(f"/proc/{pid}/cmdline").read_text().split("\0")  # KAFKA_OPTS taken
+        brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
+        assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
+    finally:
+        _stop(tmp_path)
     assert not _is_broker(pid)
     assert not BrokerDir(tmp_path).pid_file.exists()
     again = _run("stop", "--dir", str(tmp_path))  # nothing left to stop: said, not an error
