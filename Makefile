@@ -63,8 +63,9 @@ docs-examples: check-java $(STAMP) $(JARS)
 # JVM properties, which any --conf overrides): on test-sized data, generating and compiling Java
 # for each query's operators costs more than it saves (README). The spark-submit runs of both
 # jobs keep Spark's code generation (tests/support.py: SPARK_CODEGEN_DEFAULTS), as users run it.
-# The Kafka brokers the suite starts (jvm/kafka_local.py takes KAFKA_OPTS) and the cluster test's
-# master, workers and executors (tests/system/test_cluster.py) take the JIT's first tier too.
+# The cluster test's master, workers and executors take the drivers' JVM options, less the Spark
+# settings (tests/system/test_cluster.py); the Kafka brokers the suite starts take the JIT's first
+# tier (KAFKA_OPTS, which jvm/kafka_local.py passes to the broker's JVM).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
