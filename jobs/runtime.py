@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from attribution.spark.query_progress import RecentProgress
 from attribution.spark.storage import available, location
 from commandline.exits import ExitCode, Failure
 from commandline.paths import check_readable_dir, check_writable_dir, is_remote
@@ -686,9 +687,10 @@ def stop_after_current_batch(query, poll_seconds: float = 0.2) -> None:
 def follow_queries(query, dead_letters: DeadLetterOutput, stop: Optional[StopRequests],
                    progress, also: Optional[Callable[[list], None]] = None) -> None:
     """The progress loop of a job: follow its main query (and a kept dead-letter query) until
-    the main one ends (``run_with_dead_letter``), feeding every poll's ``query.recentProgress``
-    to ``progress`` (a ``jobs.progress.MicroBatchProgress``), ``also`` and the dead letter, and
-    once more at the end for what the last micro-batch committed.
+    the main one ends (``run_with_dead_letter``), feeding every poll's recent progress updates
+    (``query.recentProgress``, each update converted once: ``RecentProgress``) to ``progress``
+    (a ``jobs.progress.MicroBatchProgress``), ``also`` and the dead letter, and once more at the
+    end for what the last micro-batch committed.
 
     :param query: the main ``StreamingQuery``.
     :param dead_letters: the job's dead letter (``DeadLetterOutput``).
@@ -696,8 +698,10 @@ def follow_queries(query, dead_letters: DeadLetterOutput, stop: Optional[StopReq
     :param progress: takes the progress updates (``consume``).
     :param also: called with the same updates after ``progress`` (e.g. an audit).
     """
+    recent = RecentProgress(query)
+
     def poll(final: bool = False) -> None:
-        updates = query.recentProgress
+        updates = recent.updates()
         progress.consume(updates)
         dead_letters.follow(updates, final)  # first: it updates ``dead_letters.seen``
         if also is not None:
