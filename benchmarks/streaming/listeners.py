@@ -14,38 +14,73 @@ from attribution.spark.query_progress import micro_batch_ran
 from .sampling import cpu_between
 
 
+class _JsonListener:
+    """Spark's listener interface for Python (``PythonStreamingQueryListener``), reading each
+    event in one or two calls: the progress as its JSON, a query's start or end as its run id.
+
+    PySpark's own ``StreamingQueryListener`` converts a progress event field by field, and its
+    observed metrics through a class py4j looks up by name in each import, which fails through
+    every jar on the class path first: in a benchmark run of the attribution job, a seventh of
+    the driver JVM's CPU samples, on the cores the measured query runs on.
+    """
+
+    def __init__(self, recorder: "ProgressRecorder"):
+        self.recorder = recorder
+
+    def onQueryStarted(self, event) -> None:
+        self.recorder._on_started(event.runId().toString(), event.name())
+
+    def onQueryProgress(self, event) -> None:
+        self.recorder._on_progress(json.loads(event.progress().json()))
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        self.recorder._on_terminated(event.runId().toString())
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 class ProgressRecorder:
-    """Keeps every ``StreamingQueryProgress`` of every query, and tells when queries have ended.
+    """Keeps every ``StreamingQueryProgress`` of every query of a session, and tells when
+    queries have ended; ``add_to`` a session first, ``remove_from`` it at the end.
 
     A listener rather than ``query.recentProgress`` because the attribution job owns its query
-    objects (it runs a dead-letter query next to the main one); listener events arrive in order,
-    so once a query's termination is seen, all of its progress has been seen too.
+    objects; listener events arrive in order, so once a query's termination is seen, all of its
+    progress has been seen too.
     """
 
     def __init__(self):
-        """A recorder with its listener (``listener``) not yet added to a session."""
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        recorder = self
-
-        class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event):
-                recorder._on_started(str(event.runId), event.name)
-
-            def onQueryProgress(self, event):
-                recorder._on_progress(json.loads(event.progress.json))
-
-            def onQueryIdle(self, event):
-                pass
-
-            def onQueryTerminated(self, event):
-                recorder._on_terminated(str(event.runId))
-
-        self.listener = _Listener()
+        """A recorder not yet listening to any session."""
         self._cond = threading.Condition()
         self._started: dict[str, Optional[str]] = {}   # run id -> query name
         self._progress: list[dict] = []
         self._terminated: set[str] = set()
+        self._jlistener = None
+
+    def add_to(self, spark) -> None:
+        """Record the progress of ``spark``'s streaming queries from now on.
+
+        :param spark: a classic ``SparkSession`` (the listener is registered in its JVM).
+        """
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        gateway = spark.sparkContext._gateway
+        ensure_callback_server_started(gateway)
+        self._jlistener = gateway.jvm.org.apache.spark.sql.streaming \
+            .PythonStreamingQueryListenerWrapper(_JsonListener(self))
+        spark._jsparkSession.streams().addListener(self._jlistener)
+
+    def remove_from(self, spark) -> None:
+        """Stop recording ``spark``'s queries (the session ``add_to`` was given).
+
+        :param spark: the session.
+        """
+        if self._jlistener is not None:
+            spark._jsparkSession.streams().removeListener(self._jlistener)
+            self._jlistener = None
 
     def start_window(self) -> None:
         """Forget what was recorded: record from now on only."""

@@ -110,7 +110,7 @@ class Bench:
         self.work = work
         self.args = args
         self.recorder = ProgressRecorder()
-        spark.streams.addListener(self.recorder.listener)
+        self.recorder.add_to(spark)
         self.sampler = MemorySampler(args.sample_interval)
         self.kafka = KafkaInput(work / "kafka")
         self._runs = 0
@@ -119,7 +119,7 @@ class Bench:
         """Stop recording the session's progress, and stop the Kafka broker if one was
         started."""
         try:
-            self.spark.streams.removeListener(self.recorder.listener)
+            self.recorder.remove_from(self.spark)
         finally:
             self.kafka.close()
 
