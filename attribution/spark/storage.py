@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Optional, Union
 from urllib.parse import urlparse
 
+from .jvm_cache import once_per_jvm
+
 __all__ = ["Location", "StorageUnavailable", "available", "is_uri", "location"]
 
 
@@ -237,18 +239,12 @@ class _JvmClasses:
         self.io_utils = jvm.org.apache.commons.io.IOUtils
 
 
-_looked_up: tuple = (None, None)  # (the py4j gateway, its _JvmClasses)
+@once_per_jvm
+def _jvm_classes() -> _JvmClasses:
+    """The ``_JvmClasses`` of the running JVM."""
+    from pyspark import SparkContext
 
-
-def _jvm_classes(context) -> _JvmClasses:
-    """The ``_JvmClasses`` of ``context``'s JVM: a new JVM (a new gateway) looks them up again.
-
-    :param context: the running ``SparkContext``.
-    """
-    global _looked_up
-    if _looked_up[0] is not context._gateway:
-        _looked_up = (context._gateway, _JvmClasses(context._jvm))
-    return _looked_up[1]
+    return _JvmClasses(SparkContext._jvm)
 
 
 class _HadoopLocation(Location):
@@ -259,7 +255,7 @@ class _HadoopLocation(Location):
         if context is None:
             raise StorageUnavailable(f"{self.path} is read through Spark's Hadoop file systems, "
                                      "and no Spark session runs yet")
-        classes = _jvm_classes(context)
+        classes = _jvm_classes()
         hpath = classes.path(self.path)
         return classes, context, hpath, hpath.getFileSystem(context._jsc.hadoopConfiguration())
 

@@ -24,14 +24,14 @@ forward and turn every later event late.
 """
 from __future__ import annotations
 
-import functools
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import MAX_STRING_LENGTH, parse_duration_ms
 from ..schema import EVENT_FIELDS, EVENT_SCHEMA, field_kinds
+from .jvm_cache import once_per_jvm
 from .layout import DETECTED_DATE
 from .sinks import ParquetSink
 from .sources import ARRIVAL_COLUMN, EventSource, as_source, file_source
@@ -51,26 +51,6 @@ _TS_PATTERNS = ("yyyy-MM-dd'T'HH:mm:ss[.SSSSSS]XXX", "yyyy-MM-dd'T'HH:mm[:ss][.S
                 "yyyy-MM-dd HH:mm:ss[.SSSSSS]XXX")
 _TS_PATTERN_WITHOUT_OFFSET = "yyyy-MM-dd['T'][ ]HH:mm[:ss][.SSSSSS]"
 _REASON_PREVIEW = 64  # characters of an offending value quoted in a reason, as events.py does
-
-
-def _built_once_per_jvm(build: Callable) -> Callable:
-    """``build`` (a function of hashable arguments that returns Columns) run once per JVM and
-    arguments. A Column is an expression the JVM holds, reusable by any DataFrame of any session
-    of that JVM; building one costs a py4j round trip per function call, and the rules are
-    hundreds of calls, paid again by every micro-batch the dead letter or the late-record audit
-    classifies. A new JVM (a new gateway) builds them again."""
-    built: dict = {}
-
-    @functools.wraps(build)
-    def cached(*args):
-        from pyspark import SparkContext
-
-        gateway = SparkContext._gateway
-        if args not in built or built[args][0] is not gateway:
-            built[args] = (gateway, build(*args))
-        return built[args][1]
-
-    return cached
 
 
 def _pandas_time_range() -> tuple[str, str]:
@@ -161,7 +141,7 @@ def _parse_ts(text: Column) -> Column:
     return F.coalesce(*(F.try_to_timestamp(text, F.lit(p)) for p in _TS_PATTERNS))
 
 
-@_built_once_per_jvm
+@once_per_jvm
 def _json_view_stages(passed: tuple) -> tuple[list, list, list]:
     """The Columns of ``_json_view``'s three projections, ``passed`` through the first."""
     v = F.col("_v")
@@ -211,7 +191,7 @@ def _json_view(raw: DataFrame, passed: list[str]) -> DataFrame:
     return parsed.select(*columns).select(*kinds).select(*typed)
 
 
-@_built_once_per_jvm
+@once_per_jvm
 def _typed_view_columns(passed: tuple) -> list:
     """The Columns of ``_typed_view``'s projection, ``passed`` through."""
     kinds = {"string": "str", "enum": "str", "boolean": "bool", "long": "int", "double": "float",
@@ -371,7 +351,7 @@ def _first_reason(rules: list[tuple[Column, Column]]) -> Column:
     return reason.otherwise(F.lit(None).cast("string"))
 
 
-@_built_once_per_jvm
+@once_per_jvm
 def _validity(max_future_skew_ms: int, skew_text: str, arrival: str) -> tuple[Column, Column]:
     """``valid`` (no rule broken) and ``reason`` (the first broken rule's) of ``classify``, the
     skew rule's arguments as ``_skew_rule`` takes them."""
@@ -379,7 +359,7 @@ def _validity(max_future_skew_ms: int, skew_text: str, arrival: str) -> tuple[Co
     return _none_broken([c for c, _ in rules]), _first_reason(rules)
 
 
-@_built_once_per_jvm
+@once_per_jvm
 def _event_columns() -> list[Column]:
     """A valid row in the event schema, with the fields its event type does not use nulled,
     as ``attribution.events.parse_event`` builds its ``Event``."""
