@@ -1,4 +1,5 @@
-# Two commands on a fresh machine: `make run` and `make test` (`make test-fast`: the unit tier).
+# Two commands on a fresh machine: `make run` and `make test` (`make test-slow`: the second tier;
+# `make test-fast`: the unit tier).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -7,8 +8,8 @@ STAMP  := $(VENV)/.installed
 # mvn into build/jars/ (git-ignored); a Spark session finds them there by itself.
 JARS   := build/jars/.fetched
 
-.PHONY: run run-kafka report docs-examples test test-fast lint check-java venv jars clean bench \
-        bench-sustainable
+.PHONY: run run-kafka report docs-examples test test-slow test-fast durations lint check-java venv \
+        jars clean bench bench-sustainable
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required (no 'java' on PATH); install a JDK 17, e.g. 'apt-get install openjdk-17-jre-headless'"; exit 1; }
@@ -46,26 +47,34 @@ run-kafka: check-java $(STAMP) $(JARS)
 docs-examples: check-java $(STAMP) $(JARS)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m jobs.docs_examples
 
-# Every tier: lint and the import contracts first (seconds), then unit, Spark and system tests on
+# `make test`: lint and the import contracts first (seconds), then unit, Spark and system tests on
 # TEST_WORKERS pytest-xdist workers, one per core: more workers than cores starve Spark's Python
 # workers, which must connect back to their JVM within 10 s. The longest tests start first
-# (tests/conftest.py) and an idle worker takes queued tests from a busy one (worksteal).
-# Every driver JVM the suite starts (its sessions, the jobs it runs as subprocesses) compiles with
-# the JIT's first tier only: on test-sized data the JVMs spend more CPU compiling than running,
-# and a cold job ran about 9% faster so (README).
-# Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding
-# where the suite's time goes beyond the 20 slowest it prints.
-# Every driver JVM also maps CLASS_ARCHIVE, the classes of Spark's jars as a driver loaded them,
-# parsed and verified once per clone by tests/class_archive.py (about 45 s): the suite starts
-# many JVMs, and a start so costs about a third less CPU. A JVM ignores an archive that does not
-# match it (-Xlog:cds=off keeps that quiet) and loads from the jars.
-# Every driver JVM evaluates Spark's expressions interpreted (TEST_SPARK_PROPS, Spark settings as
-# JVM properties, which any --conf overrides): on test-sized data, generating and compiling Java
-# for each query's operators costs more than it saves (README). The spark-submit runs of both
-# jobs keep Spark's code generation (tests/support.py: SPARK_CODEGEN_DEFAULTS), as users run it.
+# (tests/conftest.py, by tests/durations.json) and an idle worker takes queued tests from a busy
+# one (worksteal). PYTEST_ARGS adds pytest options (e.g. -k NAME, or -x).
+# The test JVMs' settings, each with what it was measured to be worth (a settings A/B in this
+# suite's layout is still to do):
+# - TEST_JIT_OPTS: every driver JVM the suite starts (its sessions, the jobs it runs as
+#   subprocesses) and the Kafka brokers (KAFKA_OPTS, which jvm/kafka_local.py passes to the
+#   broker's JVM) compile with the JIT's first tier only: on test-sized data the JVMs spend more
+#   CPU compiling than running. A cold run of the chapter 7 stream took 24 to 28 s against 28 to
+#   30 s (three runs each, commit c36a504); a broker's start and stop 7.0 and 6.0 CPU s against
+#   10.2 and 10.9 (commit ba9972d).
+# - CLASS_ARCHIVE: every driver JVM maps the classes of Spark's jars as a driver loaded them,
+#   parsed and verified once per clone by tests/class_archive.py (about 45 s): a driver's start
+#   and first two queries took 6.9 to 7.2 CPU s against 10.5 to 11.6 (three runs each, commit
+#   23ff199). A JVM ignores an archive that does not match it (-Xlog:cds=off keeps that quiet)
+#   and loads from the jars.
+# - TEST_SPARK_PROPS: every driver JVM evaluates Spark's expressions interpreted (Spark settings
+#   as JVM properties, which any --conf overrides): generating and compiling Java for each
+#   query's operators costs more than it saves on test data. tests/spark/test_attribution_job.py
+#   used 422 CPU s against 475 (commit 2b90197). The runs that stand for a user (the crash runs,
+#   the cluster, spark-submit) keep Spark's code generation (tests/support: SPARK_CODEGEN_DEFAULTS
+#   or their own JVM's defaults).
 # The cluster test's master, workers and executors take the drivers' JVM options, less the Spark
-# settings (tests/system/test_cluster.py); the Kafka brokers the suite starts take the JIT's first
-# tier (KAFKA_OPTS, which jvm/kafka_local.py passes to the broker's JVM).
+# settings (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
+# Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding
+# where the suite's time goes.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
@@ -74,6 +83,7 @@ CDS_LOG_OFF := -Xlog:cds=off -Xlog:cds+dynamic=off
 TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) $(TEST_SPARK_PROPS) -XX:SharedArchiveFile=$(CLASS_ARCHIVE) \
 	$(CDS_LOG_OFF)
 TEST_RESULTS ?= build/test-results.xml
+TEST_RESULTS_SLOW ?= build/test-results-slow.xml
 
 $(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
 	@mkdir -p $(dir $@)
@@ -83,11 +93,29 @@ $(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
 		$(PY) tests/class_archive.py $@ > build/jvm/class-archive.log 2>&1 \
 		|| { tail -20 build/jvm/class-archive.log; exit 1; }
 
-test: check-java lint $(JARS) $(CLASS_ARCHIVE)
+# pytest on the suite's workers with the test JVMs' options; $(1): the marker expression of the
+# tier, $(2): its JUnit file. `tests/timings.py` reads the JUnit files: `per-file` prints the
+# summed seconds of each file, `record` keeps each test's seconds in tests/durations.json, which
+# orders the next run longest first (`make durations` after both tiers).
+define run_tier
 	SPARK_SUBMIT_OPTS="$(strip $(SPARK_SUBMIT_OPTS) $(TEST_JVM_OPTS))" \
 	KAFKA_OPTS="$(strip $(KAFKA_OPTS) $(TEST_JIT_OPTS))" \
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal \
-		--junitxml=$(TEST_RESULTS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests -m "$(1)" -n $(TEST_WORKERS) \
+		--dist worksteal --junitxml=$(2) $(PYTEST_ARGS)
+	@$(PY) tests/timings.py per-file $(2)
+endef
+
+# Every proof of docs/guarantees.md: the tests not marked `slow`.
+test: check-java lint $(JARS) $(CLASS_ARCHIVE)
+	$(call run_tier,not slow,$(TEST_RESULTS))
+
+# The second tier, which CI runs after `make test`: the configurations and benchmark modes that
+# `make test` leaves out (the tests marked `slow`).
+test-slow: check-java $(STAMP) $(JARS) $(CLASS_ARCHIVE)
+	$(call run_tier,slow,$(TEST_RESULTS_SLOW))
+
+durations: $(STAMP)
+	$(PY) tests/timings.py record $(wildcard $(TEST_RESULTS) $(TEST_RESULTS_SLOW))
 
 # The unit tier alone: no Spark session, about a minute.
 test-fast: lint

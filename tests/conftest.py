@@ -1,13 +1,19 @@
-"""Fixtures of every tier: one SparkSession for the whole run, one local Kafka broker for the
-whole run (started on first use), and the chapter 7 dataset; and the order tests start in.
+"""Fixtures of every tier: one SparkSession per worker, one local Kafka broker for the whole run
+(started on first use, shared by the workers), and the chapter 7 dataset; and the order tests
+start in.
 
-``make test`` runs the tests on several pytest-xdist workers (each with its own session and, when
-a test asks for one, its own broker). The run ends when the last worker finishes, so the longest
-tests start first: the system tier, then the Spark tier, then the unit tier, the tests marked
-``slow`` first within each, so that short tests fill the gaps at the end.
+Two tiers of the suite: ``make test`` runs every test not marked ``slow``, ``make test-slow`` the
+ones marked ``slow`` (the configurations and benchmark modes that ``make test`` leaves out); CI
+runs both. Each runs on several pytest-xdist workers, each with its own session. The run ends
+when the last worker finishes, so the longest tests start first: by the seconds each took in a
+recorded run (``tests/durations.json``, written by ``make durations``), a test without a
+record by its tier's typical time. The list is laid out so that xdist's even split hands each
+worker every n-th test of the ranking (``interleaved``), longest first on each; an idle worker
+then takes short tests from the tail of a busy one's queue.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -16,18 +22,33 @@ from pathlib import Path
 import pytest
 
 from support import CH7_DIR, ROOT, stage_in_arrival_order
+from timings import interleaved, recorded_seconds
 
-# Tiers in the order they start (the directories under tests/).
-_TIER_ORDER = {"system": 0, "spark": 1, "unit": 2}
+# The seconds a test without a record is ranked by: its tier's typical test (system tests start
+# their own processes, Spark tests run queries on the worker's session, unit tests neither).
+_TIER_SECONDS = {"system": 60.0, "spark": 15.0, "unit": 0.1}
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected: lay out what will run
 def pytest_collection_modifyitems(config, items):
-    """Longest first: by tier, then the tests marked ``slow``; otherwise collection order."""
-    def rank(item):
-        tier = Path(str(item.path)).parent.name
-        return (_TIER_ORDER.get(tier, len(_TIER_ORDER)), item.get_closest_marker("slow") is None)
+    """Longest first, by recorded seconds or the tier's typical time, interleaved for two
+    workers (the same order on every worker: xdist requires it)."""
+    seconds = recorded_seconds()
 
-    items.sort(key=rank)  # stable: collection order within a rank
+    def estimate(item) -> float:
+        tier = Path(str(item.path)).parent.name
+        return seconds.get(item.nodeid, _TIER_SECONDS.get(tier, 1.0))
+
+    ranked = sorted(items, key=estimate, reverse=True)  # stable: collection order on ties
+    items[:] = interleaved(ranked, _workers(config))
+
+
+def _workers(config) -> int:
+    """How many xdist workers share the tests (0 without xdist)."""
+    if hasattr(config, "workerinput"):
+        return int(config.workerinput["workercount"])
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) else 0
 
 
 @pytest.fixture(scope="session")
@@ -41,19 +62,46 @@ def spark():
     session.stop()
 
 
+# -- one broker for the whole run ------------------------------------------------------------
+
+KAFKA_LOCAL = [sys.executable, "-m", "jvm.kafka_local"]
+
+
+def _run_root(config) -> Path:
+    """The run's temporary directory, the same for every worker: xdist gives each worker a
+    directory inside the controller's."""
+    root = config._tmp_path_factory.getbasetemp()  # pytest's own, public on the fixture only
+    return root.parent if hasattr(config, "workerinput") else root
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory) -> str:
-    """``host:port`` of one Kafka broker for the suite, started as a user starts it
-    (``kafka-local start``) on first use and stopped by its process id at the end."""
-    directory = tmp_path_factory.mktemp("kafka-broker")
-    command = [sys.executable, "-m", "jvm.kafka_local"]
-    started = subprocess.run([*command, "start", "--dir", str(directory)], capture_output=True,
-                             text=True, check=False, cwd=ROOT)
-    if started.returncode != 0:
-        pytest.fail(f"kafka-local start failed: {started.stderr.strip()}", pytrace=False)
-    bootstrap = started.stdout.strip().splitlines()[-1].removeprefix("bootstrap.servers=")
-    yield bootstrap
-    subprocess.run([*command, "stop", "--dir", str(directory)], check=True, cwd=ROOT)
+def kafka_bootstrap(pytestconfig) -> str:
+    """``host:port`` of one Kafka broker for the whole run, started as a user starts it
+    (``kafka-local start``) by the first worker that needs it, under a lock the others wait on,
+    and stopped by its process id when the run ends (``pytest_sessionfinish``, in the
+    controller)."""
+    root = _run_root(pytestconfig)
+    directory, address = root / "kafka-broker", root / "kafka-broker.address"
+    with open(root / "kafka-broker.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not address.exists():
+            started = subprocess.run([*KAFKA_LOCAL, "start", "--dir", str(directory)],
+                                     capture_output=True, text=True, check=False, cwd=ROOT)
+            if started.returncode != 0:
+                pytest.fail(f"kafka-local start failed: {started.stderr.strip()}",
+                            pytrace=False)
+            last = started.stdout.strip().splitlines()[-1]
+            address.write_text(last.removeprefix("bootstrap.servers="))
+    return address.read_text()
+
+
+def pytest_sessionfinish(session):
+    """The controller (or a run without workers) stops the run's broker, if one was started."""
+    if hasattr(session.config, "workerinput"):
+        return
+    directory = _run_root(session.config) / "kafka-broker"
+    if (directory / "broker.pid").exists():
+        subprocess.run([*KAFKA_LOCAL, "stop", "--dir", str(directory)], check=False, cwd=ROOT)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@
 * ``dropped_by_spark``: the records a one-file-per-micro-batch stream drops as late;
 * ``folded_rows``, ``revisions_by_goal``: a changelog's net table and revision numbers;
 * ``command_environment``, ``obey_file_permissions``, ``assert_no_traceback``,
-  ``error_line``: running a command as a user would, and reading its stderr.
+  ``error_line``, ``suite_jvm_options_without_spark_settings``: running a command as a user
+  would, and reading its stderr.
 """
 from __future__ import annotations
 
@@ -563,6 +564,15 @@ TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat jav
 # each job give these back, so that the suite also runs both jobs as users do.
 SPARK_CODEGEN_DEFAULTS = ["--conf", "spark.sql.codegen.wholeStage=true",
                           "--conf", "spark.sql.codegen.factoryMode=FALLBACK"]
+
+
+def suite_jvm_options_without_spark_settings() -> str:
+    """The suite's JVM options (``SPARK_SUBMIT_OPTS``: the JIT's first tier, the class archive)
+    less the Spark settings among them (``-Dspark.*``: the interpreted expressions), for a JVM
+    that runs with Spark's defaults, as users run it, or that may not take Spark settings (the
+    cluster's daemons and executors)."""
+    return " ".join(option for option in os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+                    if not option.startswith("-Dspark."))
 
 
 def spark_submit_jar_options() -> list:

@@ -128,7 +128,6 @@ def _day(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).date().isoformat()
 
 
-@pytest.mark.slow
 def test_a_backfill_of_a_corrected_month_gives_the_full_runs_rows_and_rewrites_only_changes(
         spark, tmp_path, months):
     output, corrected = tmp_path / "out", tmp_path / "corrected"
@@ -247,7 +246,6 @@ CHAIN = [
 ]
 
 
-@pytest.mark.slow
 def test_a_bounded_history_can_change_first_touch_rows_only(spark, tmp_path):
     """first_touch credits g1 the earliest candidate: 100 in a full run, leaving 101 to g2; a
     history that starts after 100 makes g1 take 101, and g2 is organic. last_touch takes 101 for

@@ -246,31 +246,33 @@ def test_without_the_future_skew_rule_one_record_would_make_everything_late(spar
                for r in reasons)
 
 
-def test_batch_mode_dead_letters_the_same_records(spark, tmp_path, ch7_dir):
-    events = _mixed_ch7(ch7_dir, tmp_path)
-    report, rows = _run(spark, tmp_path, events, "--mode", "batch")
-    assert set(rows) == CH7_ROWS and len(rows) == 2
-    assert report.extra["invalid"] == len(BAD_LINES)
-    dead = _dead_letters(spark, tmp_path / "dead")
-    assert sorted((r.raw_record, r.reason[:20]) for r in dead) == sorted(
-        (line, reason[:20]) for _, line, reason in BAD_LINES)
-
-
-def test_batch_mode_without_invalid_records_replaces_the_dead_letters_with_none(spark, tmp_path,
-                                                                               ch7_dir):
-    """A batch run over clean input skips the dead-letter scan but still overwrites
-    ``--dead-letter``: what an earlier run over bad input wrote there is gone, and the directory
-    is a finished batch output holding no row."""
+def test_batch_mode_dead_letters_the_same_records_and_a_clean_run_replaces_them_with_none(
+        spark, tmp_path, ch7_dir, subtests):
+    """A batch run over the mixed files gives the chapter's two rows and dead-letters the same
+    records as a stream, with the same reasons. A batch run over clean input then skips the
+    dead-letter scan but still overwrites ``--dead-letter``: what the run over bad input wrote
+    there is gone, and the directory is a finished batch output holding no row."""
     from attribution.spark.output import SUCCESS_MARKER
 
-    _run(spark, tmp_path, _mixed_ch7(ch7_dir, tmp_path), "--mode", "batch")
-    assert len(_dead_letters(spark, tmp_path / "dead")) == len(BAD_LINES)
+    report, rows = _run(spark, tmp_path, _mixed_ch7(ch7_dir, tmp_path), "--mode", "batch")
+    with subtests.test(msg="bad input: the chapter's two rows"):
+        assert set(rows) == CH7_ROWS and len(rows) == 2
+    with subtests.test(msg="bad input: every bad line counted"):
+        assert report.extra["invalid"] == len(BAD_LINES)
+    with subtests.test(msg="bad input: every bad line dead-lettered once, with its reason"):
+        dead = _dead_letters(spark, tmp_path / "dead")
+        assert sorted((r.raw_record, r.reason[:20]) for r in dead) == sorted(
+            (line, reason[:20]) for _, line, reason in BAD_LINES)
+        assert len(dead) == len(BAD_LINES)
+
     report, rows = _run(spark, tmp_path, ch7_dir, "--mode", "batch")
-    assert set(rows) == CH7_ROWS and report.extra["invalid"] == 0
+    with subtests.test(msg="clean input: the chapter's two rows, nothing invalid"):
+        assert set(rows) == CH7_ROWS and report.extra["invalid"] == 0
     dead = tmp_path / "dead"
-    assert (dead / SUCCESS_MARKER).is_file()
-    assert not [p for p in dead.rglob("*.parquet")
-                if spark.read.parquet(str(p)).count() > 0]
+    with subtests.test(msg="clean input: the dead letter is a finished output without rows"):
+        assert (dead / SUCCESS_MARKER).is_file()
+        assert not [p for p in dead.rglob("*.parquet")
+                    if spark.read.parquet(str(p)).count() > 0]
 
 
 def test_parquet_rows_get_the_same_rules(spark, tmp_path, ch7_dir):
@@ -369,7 +371,7 @@ def test_a_wrong_typed_parquet_file_is_dead_lettered_and_the_rest_attributed(spa
                else ["--max-files-per-trigger", "1", "--watermark-delay", "3 minutes"])
     argv = ["--events", str(events), "--format", "parquet", "--output", str(tmp_path / "out"),
             "--checkpoint", str(tmp_path / "checkpoint"), "--dead-letter", str(tmp_path / "dead"),
-            "--quiet", *options]
+            "--quiet", *PARQUET_OUTPUT, *options]
     assert main(argv) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("warning: ")]

@@ -1,11 +1,12 @@
-"""The dead letter without a second read of the input: the streaming job reads every input file
-once when no record is invalid, reads again only the micro-batches that held invalid records,
-writes each dead letter once even when a micro-batch is redone, and refuses a dead-letter
-directory that another checkpoint's micro-batches filled.
+"""The dead letter without a second read of the input: the streaming job reads again only the
+micro-batches that held invalid records, writes each dead letter once even when a micro-batch is
+redone, and refuses a dead-letter directory that another checkpoint's micro-batches filled.
+(That a stream over clean input reads each input file once is proven on the chapter 7 stream of
+test_delta_output; the first test below is its control.)
 
 The reads are counted from Spark's own metrics: the "number of files read" of every scan of the
 input directory in the SQL executions of the run (Spark's SQL status store, fed by its listener
-bus).
+bus; ``shared_runs.files_read_since``).
 """
 from __future__ import annotations
 
@@ -17,58 +18,18 @@ import pytest
 
 from attribution.spark.dead_letter import DEAD_LETTERED_DIR, write_dead_letters
 from attribution.spark.sources import file_source
-from attribution.spark.sources.offset_log import committed_batches
 from jobs.attribution_job import main, parse_args, run
-from support import stage_in_arrival_order
-
-FILES_READ = "number of files read"  # FileSourceScanExec's metric
-
-
-def _scala_items(collection) -> list:
-    """A Scala collection's elements (through py4j)."""
-    iterator, out = collection.iterator(), []
-    while iterator.hasNext():
-        out.append(iterator.next())
-    return out
-
-
-def _executions(spark) -> list:
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-    return _scala_items(spark._jsparkSession.sharedState().statusStore().executionsList())
-
-
-def last_execution_id(spark) -> int:
-    """The id of the latest SQL execution Spark has recorded (-1: none)."""
-    return max((e.executionId() for e in _executions(spark)), default=-1)
+from shared_runs import files_read_since, last_execution_id
+from shared_runs import whole_locations as plans_with_whole_locations
+from support import PARQUET_OUTPUT, stage_in_arrival_order
 
 
 @pytest.fixture
 def whole_locations(spark):
-    """Plans name their scans' locations in full (Spark cuts them at 100 characters), so that
-    ``files_read_since`` can tell the input's scans by their directory."""
-    key = "spark.sql.maxMetadataStringLength"
-    spark.conf.set(key, "100000")
-    yield
-    spark.conf.unset(key)
-
-
-def files_read_since(spark, after: int, under: Path) -> int:
-    """How many files under ``under`` Spark's file scans read in the SQL executions after
-    ``after``: the sum of the "number of files read" metrics of the scans whose location is
-    there (a Delta output's commits scan its own log too, which is not the input)."""
-    store = spark._jsparkSession.sharedState().statusStore()
-    total = 0
-    for execution in _executions(spark):
-        if execution.executionId() <= after:
-            continue
-        ids = {m.accumulatorId()
-               for node in _scala_items(store.planGraph(execution.executionId()).allNodes())
-               if node.name().startswith("Scan") and str(under) in node.desc()
-               for m in _scala_items(node.metrics()) if m.name() == FILES_READ}
-        values = {kv._1(): kv._2() for kv in
-                  _scala_items(store.executionMetrics(execution.executionId()))}
-        total += sum(int(values[i].replace(",", "")) for i in ids if i in values)
-    return total
+    """Plans name their scans' locations in full, so that ``files_read_since`` can tell the
+    input's scans by their directory."""
+    with plans_with_whole_locations(spark):
+        yield
 
 
 def _with_bad_lines(ch7_dir: Path, tmp_path: Path, bad: dict[int, list[str]]) -> Path:
@@ -83,7 +44,7 @@ def _args(tmp_path: Path, events: Path, *options: str):
     return ["--events", str(events), "--output", str(tmp_path / "out"),
             "--checkpoint", str(tmp_path / "checkpoint"), "--dead-letter", str(tmp_path / "dead"),
             "--max-files-per-trigger", "1", "--watermark-delay", "3 minutes", "--quiet",
-            *options]
+            *PARQUET_OUTPUT, *options]
 
 
 def _dead_records(spark, dead: Path) -> list[str]:
@@ -94,24 +55,11 @@ BAD = {2: ["{not json", json.dumps({"event_id": "no-user", "event_type": "visit"
                                     "ts": "1970-01-01T12:00:00Z"})]}
 
 
-def test_without_invalid_records_each_input_file_is_read_once(spark, tmp_path, ch7_stream_dir,
-                                                              whole_locations):
-    inputs = len(list(ch7_stream_dir.glob("part-*.json")))
-    before = last_execution_id(spark)
-    report = run(spark, parse_args(_args(tmp_path, ch7_stream_dir)))
-    assert report.extra["invalid"] == 0 and report.batches >= inputs
-    assert files_read_since(spark, before, ch7_stream_dir) == inputs
-    # Every committed micro-batch is done, and none wrote a dead letter.
-    dead = tmp_path / "dead"
-    assert sorted(int(m.name) for m in (dead / DEAD_LETTERED_DIR).iterdir()) == committed_batches(
-        tmp_path / "checkpoint")
-    assert not list(dead.rglob("*.parquet"))
-
-
 def test_only_the_micro_batches_with_invalid_records_are_read_again(spark, tmp_path, ch7_dir,
                                                                     whole_locations):
-    """The control of the test above: the count does see a second read. One file holds invalid
-    records: it alone is read twice, and its invalid records are dead-lettered once."""
+    """The control of the one read of clean input (test_delta_output's chapter 7 stream): the
+    count does see a second read. One file holds invalid records: it alone is read twice, and
+    its invalid records are dead-lettered once."""
     events = _with_bad_lines(ch7_dir, tmp_path, BAD)
     inputs = len(list(events.glob("part-*.json")))
     before = last_execution_id(spark)

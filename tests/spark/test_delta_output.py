@@ -1,6 +1,8 @@
 """The attribution job's Delta output: the changelog as a Delta table (stream, both backends, and
 batch), the current table beside it, the completeness frontier each commit carries, and a
-backfill as one commit.
+backfill as one commit. The chapter 7 stream of each backend also answers for what every stream
+of clean input does whatever its output: one read of each input file, one progress line per
+micro-batch.
 
 Streams are file sources read one file per micro-batch under ``availableNow``. Each micro-batch
 commits one version of the changelog and one MERGE of the current table, both carrying the
@@ -10,6 +12,7 @@ micro-batch's frontier, so the state after every micro-batch is read back by Del
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -25,9 +28,12 @@ from attribution.finality import BATCH_ID_KEY, FINAL_THROUGH_KEY, parse_frontier
 from attribution.oracle import sort_key
 from attribution.rows import Attribution
 from attribution.schema import OUTPUT_FIELDS
+from attribution.spark.dead_letter import DEAD_LETTERED_DIR
 from attribution.spark.files import data_files, read_events
 from attribution.spark.output import read_attributions_spark
+from attribution.spark.sources.offset_log import committed_batches
 from jobs.attribution_job import main, parse_args, run
+from shared_runs import files_read_since, last_execution_id, whole_locations
 from support import dropped_by_spark, folded_rows, generate_late_dataset, stage_in_arrival_order
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
@@ -94,27 +100,74 @@ def run_job(spark, tmp_path: Path, events: Path, *options: str):
     return run(spark, args)
 
 
-@pytest.mark.parametrize("mode", [*STREAM_BACKENDS, "batch"])
-def test_ch7_files_give_the_two_rows_in_a_delta_table(spark, tmp_path, ch7_stream_dir, mode):
-    options = ["--mode", "batch"] if mode == "batch" else ["--backend", mode]
+@pytest.mark.parametrize("backend", STREAM_BACKENDS)
+def test_a_ch7_stream_into_delta_gives_the_two_rows_reads_each_file_once_and_reports_each_batch(
+        spark, tmp_path, ch7_stream_dir, subtests, backend):
+    """The chapter 7 files streamed one per micro-batch into the job's default output, a Delta
+    table: the chapter's two rows, the oracle's, read alike by Spark and outside it; one commit
+    per micro-batch, each with its frontier. The same run, as every stream over input without
+    invalid records, reads each input file once: the dead letter needs no second read (counted
+    from Spark's "number of files read" over the run's SQL executions; the control, a file with
+    invalid records read twice, is in test_dead_letter_one_read). And ``--progress-json``
+    writes one JSON line per micro-batch, as the run goes: its report's history."""
+    progress = tmp_path / "progress.jsonl"
+    dead = tmp_path / "dead"
+    inputs = len(list(ch7_stream_dir.glob("part-*.json")))
+    with whole_locations(spark):
+        before = last_execution_id(spark)
+        report = run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "1",
+                         "--watermark-delay", "3 minutes", "--backend", backend,
+                         "--dead-letter", str(dead), "--progress-json", str(progress))
+        read = files_read_since(spark, before, ch7_stream_dir)
+    out = tmp_path / "out"
+    with subtests.test(msg="a Delta table, not a file sink's output"):
+        assert (out / "_delta_log").is_dir() and not (out / "_spark_metadata").exists()
+    rows = spark_rows(spark, out)
+    with subtests.test(msg="the chapter's two rows"):
+        assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    with subtests.test(msg="the oracle's rows, read by Spark and outside it alike"):
+        assert rows == attribute_batch(read_events(ch7_stream_dir)) == table_rows(out)
+    with subtests.test(msg="observed metrics still count"):
+        assert (report.goals, report.attributed) == (2, 2)
+    commits = history(out)
+    # One commit per micro-batch, in order, each with its frontier; the frontier only grows.
+    with subtests.test(msg="one commit per micro-batch, in order"):
+        assert [c["frontier"][BATCH_ID_KEY] for c in commits] == list(range(report.batches))
+    finals = [c["frontier"][FINAL_THROUGH_KEY] for c in commits]
+    with subtests.test(msg="the frontier is first unknown, then known"):
+        assert finals[0] is None and finals[-1] is not None
+    with subtests.test(msg="the frontier only grows"):
+        known = [f for f in finals if f is not None]
+        assert known == sorted(known)
+
+    with subtests.test(msg="no invalid record, and a micro-batch per file at least"):
+        assert report.extra["invalid"] == 0 and report.batches >= inputs
+    with subtests.test(msg="each input file is read once"):
+        assert read == inputs
+    with subtests.test(msg="every committed micro-batch is done, and none wrote a dead letter"):
+        assert sorted(int(m.name) for m in (dead / DEAD_LETTERED_DIR).iterdir()) == \
+            committed_batches(tmp_path / "checkpoint")
+        assert not list(dead.rglob("*.parquet"))
+
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    with subtests.test(msg="one progress line per micro-batch, a file each"):
+        assert len(lines) == len(report.history) >= inputs
+    with subtests.test(msg="the progress lines are the report's history"):
+        assert lines == json.loads(json.dumps(report.history, default=str))
+    with subtests.test(msg="every record is in one progress line or another"):
+        assert sum(line["input"] for line in lines) == len(read_events(ch7_stream_dir))
+
+
+def test_ch7_files_give_the_two_rows_in_a_delta_table_in_batch(spark, tmp_path, ch7_stream_dir):
     report = run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "1",
-                     "--watermark-delay", "3 minutes", *options)
+                     "--watermark-delay", "3 minutes", "--mode", "batch")
     out = tmp_path / "out"
     assert (out / "_delta_log").is_dir() and not (out / "_spark_metadata").exists()
     rows = spark_rows(spark, out)
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert rows == attribute_batch(read_events(ch7_stream_dir)) == table_rows(out)
     assert (report.goals, report.attributed) == (2, 2)  # observed metrics still count
-    commits = history(out)
-    if mode == "batch":
-        assert [c["operation"] for c in commits] == ["WRITE"]
-        return
-    # One commit per micro-batch, in order, each with its frontier; the frontier only grows.
-    assert [c["frontier"][BATCH_ID_KEY] for c in commits] == list(range(report.batches))
-    finals = [c["frontier"][FINAL_THROUGH_KEY] for c in commits]
-    assert finals[0] is None and finals[-1] is not None
-    known = [f for f in finals if f is not None]
-    assert known == sorted(known)
+    assert [c["operation"] for c in history(out)] == ["WRITE"]
 
 
 @pytest.fixture(scope="module")

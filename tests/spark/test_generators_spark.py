@@ -42,7 +42,6 @@ def _rows(spark, out: Path) -> list[tuple]:
     return sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
 
 
-@pytest.mark.slow
 def test_source_restarted_from_its_checkpoint_replays_the_same_events(spark, tmp_path):
     first = _run_source(spark, 1_200, tmp_path / "out", tmp_path / "cp")
     assert [p["numInputRows"] for p in first] == [600, 600]
@@ -136,7 +135,6 @@ def _copy_with_increasing_mtimes(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.slow
 def test_late_rule_matches_spark_on_the_chapter_7_files(spark, ch7_dir, tmp_path):
     events = _copy_with_increasing_mtimes(ch7_dir, tmp_path / "ch7")
     for seconds in (155, 156):
@@ -149,7 +147,6 @@ def test_late_rule_matches_spark_on_the_chapter_7_files(spark, ch7_dir, tmp_path
     assert late_event_ids_in_dir(events, parse_duration_ms("155 seconds")) == ["v-signup"]
 
 
-@pytest.mark.slow
 def test_late_rule_matches_spark_on_a_generated_dataset(spark, tmp_path):
     params = GeneratorParams(users=120, files=8, format="parquet", disorder="heavy-tail",
                              tail_scale="6 hours", tail_alpha=1.0, late_fraction=0.03)

@@ -2,25 +2,17 @@
 decode ends a join run with one explaining line and exit code 3 (nothing of its micro-batch
 committed, so a rerun after replacing it resumes there; the attribution job dead-letters such a
 file instead: ``test_dead_letter``), and ``--progress-json`` writes one JSON line per
-micro-batch as the run goes, for both jobs.
+micro-batch as the run goes (the join job's here; the attribution job's on the chapter 7 stream
+of ``test_delta_output``).
 """
 from __future__ import annotations
 
 import json
 import os
 
-import pytest
-
 from attribution.spark.files import read_events, write_events
-from jobs import attribution_job, join_job
+from jobs import join_job
 from support import PARQUET_OUTPUT, error_line, stage_in_arrival_order
-
-JOBS = {"attribution": attribution_job, "join": join_job}
-
-
-@pytest.fixture(params=list(JOBS))
-def job(request):
-    return JOBS[request.param]
 
 
 def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_path, ch7_dir,
@@ -56,7 +48,8 @@ def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_
     assert spark.read.parquet(str(tmp_path / "out")).count() > 0
 
 
-def test_progress_json_has_one_line_per_micro_batch(spark, tmp_path, ch7_stream_dir, job):
+def test_the_join_jobs_progress_json_has_one_line_per_micro_batch(spark, tmp_path, ch7_stream_dir):
+    job = join_job
     progress = tmp_path / "progress.jsonl"
     settings = job.parse_args(["--events", str(ch7_stream_dir), "--output", str(tmp_path / "o"),
                                "--checkpoint", str(tmp_path / "cp"), "--quiet",
@@ -64,9 +57,7 @@ def test_progress_json_has_one_line_per_micro_batch(spark, tmp_path, ch7_stream_
                                "--progress-json", str(progress)])
     result = job.run(spark, settings)
     lines = [json.loads(line) for line in progress.read_text().splitlines()]
-    history = result.history if job is attribution_job else result.batches
-    assert len(lines) == len(history) >= 4  # 7 files, two per micro-batch
-    assert lines == json.loads(json.dumps(history, default=str))
-    read = sum(line["input"] if job is attribution_job else line["records_read"]
-               for line in lines)
+    assert len(lines) == len(result.batches) >= 4  # 7 files, two per micro-batch
+    assert lines == json.loads(json.dumps(result.batches, default=str))
+    read = sum(line["records_read"] for line in lines)
     assert read == len(read_events(ch7_stream_dir))  # every record, in one line or another

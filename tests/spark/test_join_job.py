@@ -195,9 +195,9 @@ CASES = [
     ("state-key", "inner", "json"),
     ("state-value", "inner", "json"),
     ("mixed", "inner", "json"),
-    pytest.param("state-value", "left_outer", "parquet", marks=pytest.mark.slow),
-    pytest.param("state-key", "full_outer", "json", marks=pytest.mark.slow),
-    pytest.param("mixed", "left_semi", "parquet", marks=pytest.mark.slow),
+    ("state-value", "left_outer", "parquet"),
+    ("state-key", "full_outer", "json"),
+    ("mixed", "left_semi", "parquet"),
 ]
 
 
@@ -263,7 +263,6 @@ def test_bad_arguments_get_a_clear_error(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, clicks):
     events_dir = tmp_path / "events"
     write_input(clicks, events_dir, "json")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from pyspark.sql import functions as F
 
 from joins import (
@@ -46,7 +45,6 @@ def _thirds(values):
     return values[n // 3: 2 * n // 3], values[2 * n // 3:]
 
 
-@pytest.mark.slow
 def test_state_plateaus_for_every_strategy_and_grows_without_one(spark, tmp_path):
     driver = StepDriver(spark, tmp_path, max_files_per_trigger=1)
     steady_stream(driver)

@@ -182,7 +182,6 @@ SPARK_STRATEGY = {"state-key": "state-key", "state-key-window": "state-key",
                   "state-value": "state-value", "mixed": "state-key"}
 
 
-@pytest.mark.slow
 def test_detected_strategy_matches_the_requested_one_for_every_join_type(spark, tmp_path):
     driver = StepDriver(spark, tmp_path)
     source = driver.source()

@@ -102,7 +102,6 @@ def assert_report_matches(report_dir, truth) -> None:
         assert (report_dir / name).stat().st_size > 0, name
 
 
-@pytest.mark.slow
 def test_the_report_runs_on_make_runs_output(spark, tmp_path):
     out = tmp_path / "example"
     # `make run` with fewer users and files

@@ -64,7 +64,6 @@ def _run(spark, tmp_path, events, *options):
     return run(spark, args)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_the_net_changelog_is_the_oracle_over_the_accepted_records_and_the_rest_is_written(
         spark, tmp_path, late_dataset, layout):

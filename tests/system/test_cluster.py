@@ -1,6 +1,10 @@
 """A real Spark standalone cluster: a master and two 1-core workers on 127.0.0.1, started from the
-pyspark distribution's ``spark-class``; the job is submitted to it with ``spark-submit``, once per
-backend, and its output must equal the batch oracle.
+pyspark distribution's ``spark-class``; the job is submitted to it with ``spark-submit`` with
+Spark's own settings for code generation, as users submit it, and its output must equal the batch
+oracle. ``make test`` submits the transformWithState backend, whose application also runs a
+Python worker in the driver, and checks from the event log that the stateful stage ran as
+generated code; the applyInPandasWithState backend (the default) runs in ``make test-slow``, on
+a cluster of its own.
 
 The executors run a Python that can import pyspark, pandas and pyarrow but *not* this project
 (``python -S`` skips the editable install's ``.pth`` hook; a control below proves it), so the job
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,9 +32,14 @@ from pathlib import Path
 import pytest
 
 from attribution.oracle import sort_key
-from attribution.spark.pipeline import BACKENDS
 from generators.truth import read_truth
-from support import PARQUET_OUTPUT, ROOT, committed_attributions
+from support import (
+    PARQUET_OUTPUT,
+    ROOT,
+    SPARK_CODEGEN_DEFAULTS,
+    committed_attributions,
+    suite_jvm_options_without_spark_settings,
+)
 
 WAIT_SECONDS = 180
 # A SQL metric that every stateful operator (a StateStoreWriter) updates in each of its tasks.
@@ -117,23 +127,26 @@ class Daemon:
         return alive
 
 
-def _stateful_tasks(event_log_dir: Path) -> tuple[Counter, set[str]]:
+def _event_log(event_log_dir: Path) -> list[dict]:
+    """The events of the one application's event log in ``event_log_dir``."""
+    logs = [p for p in event_log_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
+    assert logs, f"no event log in {event_log_dir}"
+    return [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+
+
+def _stateful_tasks(events: list[dict]) -> tuple[Counter, set[str]]:
     """From the event log of one application: how many successful tasks that updated the
     state store's metrics each executor ran, and the executors the application had."""
     tasks: Counter = Counter()
     executors: set[str] = set()
-    logs = [p for p in event_log_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
-    assert logs, f"no event log in {event_log_dir}"
-    for log in logs:
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            if event["Event"] == "SparkListenerExecutorAdded":
-                executors.add(event["Executor ID"])
-            elif (event["Event"] == "SparkListenerTaskEnd"
-                  and event["Task End Reason"]["Reason"] == "Success"):
-                info = event["Task Info"]
-                if any(a.get("Name") == STATE_METRIC for a in info.get("Accumulables", [])):
-                    tasks[info["Executor ID"]] += 1
+    for event in events:
+        if event["Event"] == "SparkListenerExecutorAdded":
+            executors.add(event["Executor ID"])
+        elif (event["Event"] == "SparkListenerTaskEnd"
+              and event["Task End Reason"]["Reason"] == "Success"):
+            info = event["Task Info"]
+            if any(a.get("Name") == STATE_METRIC for a in info.get("Accumulables", [])):
+                tasks[info["Executor ID"]] += 1
     return tasks, executors
 
 
@@ -159,12 +172,17 @@ def _executor_python(tmp_path: Path) -> tuple[Path, Path]:
     return wrapper, calls
 
 
-@pytest.mark.slow
-def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path):
+def _run_on_a_cluster(spark, tmp_path: Path, backend: str) -> list[dict]:
+    """Start the cluster, submit the job with ``backend`` to it, stop every process, and check
+    the application: the project reached the executors, its output is the oracle's, and the
+    stateful stage ran on both executors. Returns its event log's events."""
     from generators.dataset import generate
     from generators.params import GeneratorParams
 
-    dataset = generate(GeneratorParams(users=12, seed=5, files=4, heartbeat=True,
+    # Two event files and the heartbeat: three micro-batches, so the state crosses two of them
+    # through the executors' state stores, each micro-batch's stateful stage two tasks (one per
+    # shuffle partition), one per executor's single core.
+    dataset = generate(GeneratorParams(users=12, seed=5, files=2, heartbeat=True,
                                        disorder="bounded", max_delay="2 minutes",
                                        redelivery_rate=0.05, watermark_delay="10 minutes"),
                        tmp_path / "data", plot=False)
@@ -189,8 +207,7 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     # archive, which needs the drivers' class path, so Spark's own (absent) conf directory.
     # Spark settings among them (-Dspark.*) reach the executors from the driver, and Spark
     # refuses them in spark.executor.extraJavaOptions.
-    jvm_options = " ".join(option for option in os.environ.get("SPARK_SUBMIT_OPTS", "").split()
-                           if not option.startswith("-Dspark."))
+    jvm_options = suite_jvm_options_without_spark_settings()
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": str(executor_python), "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
@@ -200,7 +217,6 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     master_port = _free_port()
     master_url = f"spark://127.0.0.1:{master_port}"
     daemons: list[Daemon] = []
-    reports: dict[str, str] = {}
     try:
         master = Daemon("master", [spark_class, "org.apache.spark.deploy.master.Master",
                                    "--host", "127.0.0.1", "--port", str(master_port),
@@ -220,33 +236,33 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
         for worker in daemons[1:]:
             worker.wait_for("Successfully registered with master")
 
-        # One application per backend, one after the other on the same two executors' slots.
-        # transformWithState also runs a Python worker on the driver, which needs the project.
-        for backend in BACKENDS:
-            (tmp_path / backend / "events").mkdir(parents=True)
-            submit = Daemon(f"spark-submit-{backend}", [
-                str(spark_home / "bin" / "spark-submit"), "--master", master_url,
-                "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
-                "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
-                *(["--conf", f"spark.executor.extraJavaOptions={jvm_options}"]
-                  if jvm_options else []),
-                "--conf", "spark.driver.bindAddress=127.0.0.1",
-                "--conf", "spark.eventLog.enabled=true",
-                # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
-                "--conf", "spark.eventLog.rolling.enabled=false",
-                "--conf", "spark.eventLog.compress=false",
-                "--conf", f"spark.eventLog.dir={(tmp_path / backend / 'events').as_uri()}",
-                str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
-                "--events", str(dataset.events_dir), "--output", str(tmp_path / backend / "out"),
-                *PARQUET_OUTPUT,
-                "--checkpoint", str(tmp_path / backend / "checkpoint"),
-                "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
-                "--shuffle-partitions", "2"],
-                env, tmp_path, neutral)
-            daemons.append(submit)
-            code = submit.proc.wait(timeout=900)
-            assert code == 0, submit.output()[-4000:]
-            reports[backend] = submit.output()
+        (tmp_path / "events").mkdir()
+        # Spark's code generation as users have it: the driver's SPARK_SUBMIT_OPTS may carry
+        # the suite's interpreted-expression properties, which these --conf override.
+        submit = Daemon("spark-submit", [
+            str(spark_home / "bin" / "spark-submit"), "--master", master_url,
+            *SPARK_CODEGEN_DEFAULTS,
+            "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
+            "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+            *(["--conf", f"spark.executor.extraJavaOptions={jvm_options}"]
+              if jvm_options else []),
+            "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.eventLog.enabled=true",
+            # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
+            "--conf", "spark.eventLog.rolling.enabled=false",
+            "--conf", "spark.eventLog.compress=false",
+            "--conf", f"spark.eventLog.dir={(tmp_path / 'events').as_uri()}",
+            str(ROOT / "jobs" / "attribution_job.py"), "--backend", backend,
+            "--events", str(dataset.events_dir), "--output", str(tmp_path / "out"),
+            *PARQUET_OUTPUT,
+            "--checkpoint", str(tmp_path / "checkpoint"),
+            "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
+            "--shuffle-partitions", "2"],
+            env, tmp_path, neutral)
+        daemons.append(submit)
+        code = submit.proc.wait(timeout=900)
+        assert code == 0, submit.output()[-4000:]
+        report = submit.output()
     finally:
         for daemon in reversed(daemons):
             daemon.stop()
@@ -258,14 +274,38 @@ def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path)
     assert "pyspark.daemon" in executor_calls.read_text()
     for n in (1, 2):
         executor_dirs = list((tmp_path / f"worker-{n}").glob("app-*/*"))
-        assert len(executor_dirs) == len(BACKENDS), f"worker {n} did not run every application"
-        for executor_dir in executor_dirs:
-            assert (executor_dir / "streamjoin.zip").exists(), \
-                f"{executor_dir} did not receive the project's packages"
-    for backend, report in reports.items():
-        assert f"attribution stream run ({backend})" in report and "late dropped   : 0" in report
-        assert committed_attributions(spark, tmp_path / backend / "out") == truth, backend
-        # The stateful stage ran on both executors: Spark's own record of where its tasks ran.
-        tasks, executors = _stateful_tasks(tmp_path / backend / "events")
-        assert len(executors) == 2, (backend, executors)
-        assert set(tasks) == executors and min(tasks.values()) > 0, (backend, dict(tasks))
+        assert len(executor_dirs) == 1, f"worker {n} did not run the application's executor"
+        assert (executor_dirs[0] / "streamjoin.zip").exists(), \
+            f"{executor_dirs[0]} did not receive the project's packages"
+    assert f"attribution stream run ({backend})" in report and "late dropped   : 0" in report
+    assert committed_attributions(spark, tmp_path / "out") == truth
+    # The stateful stage ran on both executors: Spark's own record of where its tasks ran.
+    events = _event_log(tmp_path / "events")
+    tasks, executors = _stateful_tasks(events)
+    assert len(executors) == 2, executors
+    assert set(tasks) == executors and min(tasks.values()) > 0, dict(tasks)
+    return events
+
+
+def _generated_code_plans(events: list[dict]) -> list[str]:
+    """The physical plans of the application's SQL executions (as its event log describes
+    them, in Spark's "formatted" explain mode) with operators compiled into whole-stage
+    generated code: the plan gives each such operator its ``[codegen id : N]``. Spark's
+    interpreted mode (``spark.sql.codegen.wholeStage=false``) gives none."""
+    return [event["physicalPlanDescription"] for event in events
+            if event["Event"].endswith("SparkListenerSQLExecutionStart")
+            and re.search(r"\[codegen id : \d+\]", event.get("physicalPlanDescription", ""))]
+
+
+def test_standalone_cluster_runs_the_job_and_matches_the_oracle(spark, tmp_path):
+    """transformWithState, with Spark's code generation on: the project shipped to the
+    executors and to the driver's Python worker, the oracle's rows, the stateful stage on both
+    executors; from the event log, its queries ran with whole-stage generated code."""
+    events = _run_on_a_cluster(spark, tmp_path, "transformWithState")
+    assert _generated_code_plans(events), "no query of the application ran generated code"
+
+
+@pytest.mark.slow
+def test_standalone_cluster_runs_the_default_backend_and_matches_the_oracle(spark, tmp_path):
+    """applyInPandasWithState, the default backend, on a cluster of its own: the same checks."""
+    _run_on_a_cluster(spark, tmp_path, "applyInPandasWithState")

@@ -43,33 +43,39 @@ def _stop(directory) -> None:
     assert_no_traceback(result.stderr)
 
 
-def test_start_prints_the_bootstrap_line_and_stop_ends_the_process(tmp_path):
+def test_start_stop_and_a_restart_that_keeps_the_topics(tmp_path, subtests):
+    """One broker's life: ``start`` (with a probe in ``KAFKA_OPTS``), a topic created, ``stop``,
+    a second ``stop``, a restart on the same directory, which still has the topic, ``stop``.
+    Each check is a subtest; a failed one still stops the broker."""
     probe = "-Dkafka.local.test.probe=given"
     bootstrap = _start(tmp_path, kafka_opts=probe)
     pid = int(BrokerDir(tmp_path).pid_file.read_text())
     try:  # a failed check still stops the broker
-        assert _is_broker(pid)
-        assert probe in Path(f"/proc/{pid}/cmdline").read_text().split("\0")  # KAFKA_OPTS taken
-        brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
-        assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
+        with subtests.test(msg="the started process is the broker and took KAFKA_OPTS"):
+            assert _is_broker(pid)
+            assert probe in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        with subtests.test(msg="the bootstrap line names the broker"):
+            brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).brokers
+            assert [f"{b.host}:{b.port}" for b in brokers.values()] == [bootstrap]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        created = admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])
+        created["kept"].result(30)
     finally:
         _stop(tmp_path)
-    assert not _is_broker(pid)
-    assert not BrokerDir(tmp_path).pid_file.exists()
-    again = _run("stop", "--dir", str(tmp_path))  # nothing left to stop: said, not an error
-    assert again.returncode == 0 and "no broker running" in again.stderr
+    with subtests.test(msg="stop ends the broker's process and removes its pid file"):
+        assert not _is_broker(pid)
+        assert not BrokerDir(tmp_path).pid_file.exists()
+    with subtests.test(msg="a stop with nothing left to stop says so, not an error"):
+        again = _run("stop", "--dir", str(tmp_path))
+        assert again.returncode == 0 and "no broker running" in again.stderr
 
-
-def test_a_restart_on_the_same_directory_keeps_its_topics(tmp_path):
-    bootstrap = _start(tmp_path)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    created = admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])
-    created["kept"].result(30)
-    _stop(tmp_path)
     restarted = _start(tmp_path)
-    topics = AdminClient({"bootstrap.servers": restarted}).list_topics(timeout=30).topics
-    _stop(tmp_path)
-    assert "kept" in topics and len(topics["kept"].partitions) == 3
+    try:
+        topics = AdminClient({"bootstrap.servers": restarted}).list_topics(timeout=30).topics
+    finally:
+        _stop(tmp_path)
+    with subtests.test(msg="a restart on the same directory keeps its topics"):
+        assert "kept" in topics and len(topics["kept"].partitions) == 3
 
 
 def test_kafka_local_is_a_console_script():

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from jvm.kafka_local import BrokerDir
 from support import ROOT, assert_no_traceback, command_environment
 
@@ -30,7 +28,6 @@ def _processes_of(config: Path) -> list[int]:
     return found
 
 
-@pytest.mark.slow
 def test_the_kafka_example_matches_the_oracle_and_stops_its_broker(tmp_path):
     out = tmp_path / "example-kafka"
     result = subprocess.run([sys.executable, "-m", "jobs.example_kafka", "--out", str(out),

@@ -1,6 +1,25 @@
 """Exactly-once across crashes: the job is SIGKILLed mid-batch, between batches and right after a
-state commit, restarted on the same checkpoint each time, and its output still equals the batch
-oracle row for row, with no row missing and none twice. Both backends.
+state commit, restarted on the same checkpoint each time, and its output still equals what an
+uninterrupted run, or the batch oracle, gives: no row missing and none twice.
+
+The crash matrix of ``make test`` kills every source, sink and backend at all three points, in
+three runs (all name the job's checkpoint and outputs by ``file://`` URIs):
+
+* A: applyInPandasWithState (the default, per-bucket state) on JSON lines with invalid lines,
+  into a Delta changelog and a current table, with allowed lateness and early results;
+* B: transformWithState from a Kafka topic with invalid records to a Kafka topic;
+* C: transformWithState on the generator's Avro files (the project's own source), into the
+  Parquet file sink, with allowed lateness.
+
+A and C (``test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog``) compare the
+changelog with an uninterrupted run's row for row; B
+(``test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_oracle``) compares
+the topic's distinct keys with the oracle. C also proves that killed micro-batches leave part
+files that no log file of the file sink lists, that Spark and the pandas reader
+``read_attributions`` both skip them, and that the Avro source's offsets make micro-batch k read
+file k across the restarts. The tests marked ``slow`` (``make test-slow``) run the other
+configurations: without lateness, each backend on JSON lines and the default one on Avro, into
+Parquet, against the oracle; and transformWithState with lateness on JSON lines into Parquet.
 
 The job runs as a separate process (its own JVM) in its own process group, and a kill takes the
 whole group (Python driver, JVM, Python workers) with SIGKILL, so nothing gets to shut down
@@ -16,12 +35,9 @@ Each kill point is found from the checkpoint itself, not from timing:
 
 After each kill the checkpoint is checked again (the process is dead, so it is frozen) to prove
 the kill really happened at that point; a kill that came too late for a window is retried on the
-next file. The output is read through Spark (``spark.read.parquet``), which honours the file
-sink's ``_spark_metadata`` log: part files of a killed, uncommitted batch do not count.
-
-The Avro variant runs the same kills on the generator's Avro files, read by the project's own
-source, and reads the output with ``read_attributions`` (pandas, no Spark), in a directory the
-test first proves to hold part files of killed micro-batches that no log file lists.
+next file. Parquet output is read through Spark (``spark.read.parquet``), which honours the file
+sink's ``_spark_metadata`` log, and through readers without Spark, which honour it too: part
+files of a killed, uncommitted batch do not count.
 """
 from __future__ import annotations
 
@@ -61,10 +77,17 @@ from support import (
     folded_rows,
     revisions_by_goal,
     stage_in_arrival_order,
+    suite_jvm_options_without_spark_settings,
 )
 
 JOB = ROOT / "jobs" / "attribution_job.py"
-POLL_SECONDS = 0.005
+# The checkpoint is polled every FAST_POLL_SECONDS once a kill window is near: the micro-batch
+# of the file waited for is planned, so its commit, after which a micro-batch without data may
+# be planned within milliseconds, or its partitions' state commits, come next. Before that
+# (a JVM's start, the replay of a killed micro-batch: most of the wait) and for the mid-batch
+# window (a whole micro-batch wide), every SLOW_POLL_SECONDS.
+FAST_POLL_SECONDS = 0.005
+SLOW_POLL_SECONDS = 0.05
 # Generous: on a loaded 2-core machine a JVM start plus a first micro-batch can take a minute.
 WAIT_SECONDS = 300
 # The final run takes every file left: with a Delta MERGE per micro-batch, many minutes when
@@ -95,13 +118,30 @@ def committed(checkpoint: Path, batch: int) -> bool:
     return (checkpoint / "commits" / str(batch)).exists()
 
 
+_source_offsets: dict[tuple, dict] = {}
+
+
+def source_offset(checkpoint: Path, batch: int) -> dict:
+    """The source's end offset that ``offsets/<batch>`` logs (its last line), parsed. Raises
+    ``FileNotFoundError``, or ``ValueError``, ``IndexError`` while the file is being written.
+
+    A log file does not change once written, so each is parsed once; the cache's key holds the
+    file's inode, size and modification time too, so that a file seen half written, or written
+    again, is parsed again."""
+    path = checkpoint / "offsets" / str(batch)
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _source_offsets:
+        _source_offsets[key] = json.loads(path.read_text().strip().splitlines()[-1])
+    return _source_offsets[key]
+
+
 def files_in_batch(checkpoint: Path, batch: int) -> int:
     """How many input files batches 0..``batch`` have taken (one file per batch with
     maxFilesPerTrigger=1; a no-data batch repeats the offset): the file source's log offset + 1,
     or for the Avro source the number in the name of the last file read (``upto``), since the
     generator numbers its files from 0 in arrival order."""
-    last_line = (checkpoint / "offsets" / str(batch)).read_text().strip().splitlines()[-1]
-    offset = json.loads(last_line)
+    offset = source_offset(checkpoint, batch)
     if "logOffset" in offset:
         return offset["logOffset"] + 1
     return int(Path(offset["upto"][1]).stem.split("-")[-1]) + 1 if offset["upto"] else 0
@@ -144,8 +184,12 @@ class JobProcess:
     def __init__(self, log: Path, args: list[str], env: Optional[dict] = None):
         self.log_path = log
         self.log = open(log, "w")
+        # A crash run stands for a user's run: Spark's defaults, its code generation included,
+        # not the interpreted expressions of the suite's other JVMs (their JIT tier and class
+        # archive stay: they change the cost of a start, not what runs).
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-               "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+               "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_SUBMIT_OPTS": suite_jvm_options_without_spark_settings(), **(env or {})}
         self.proc = subprocess.Popen([sys.executable, str(JOB), *args], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, cwd=log.parent,
                                      start_new_session=True)
@@ -172,14 +216,18 @@ class JobProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def wait_until(condition: Callable[[], bool], job: JobProcess, what: str) -> None:
+def wait_until(condition: Callable[[], bool], job: JobProcess, what: str,
+               near: Optional[Callable[[], bool]] = None) -> None:
+    """Poll until ``condition``: slowly, and fast from the first poll at which ``near`` holds."""
     deadline = time.monotonic() + WAIT_SECONDS
+    fast = False
     while not condition():
         if not job.alive():
             raise AssertionError(f"job exited while waiting for {what}:\n{job.output()[-4000:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}:\n{job.output()[-4000:]}")
-        time.sleep(POLL_SECONDS)
+        fast = fast or (near is not None and near())
+        time.sleep(FAST_POLL_SECONDS if fast else SLOW_POLL_SECONDS)
 
 
 # -- the test -------------------------------------------------------------------------------
@@ -269,12 +317,15 @@ class CrashedRun:
         return (b := self.planned(n)) is not None and committed(self.checkpoint, b)
 
     def kill_at(self, kind: str, ready: Callable[[int], bool],
-                verify: Callable[[int], bool]) -> None:
+                verify: Callable[[int], bool], near: Optional[Callable[[int], bool]] = None
+                ) -> None:
         """Give the next file, SIGKILL the job once ``ready``, then check from the frozen
-        checkpoint that the kill landed where it should; retry on the next file if it did not."""
+        checkpoint that the kill landed where it should; retry on the next file if it did not.
+        The checkpoint is polled fast once ``near`` holds (always slowly without it)."""
         for attempt in range(MAX_ATTEMPTS):
             n = self.trickle.give_next()
-            wait_until(lambda: ready(n), self.job, f"{kind} point of file {n}")
+            wait_until(lambda: ready(n), self.job, f"{kind} point of file {n}",
+                       near=(lambda: near(n)) if near is not None else None)
             self.job.kill()
             if verify(n):
                 self.kills.append(kind)
@@ -296,7 +347,8 @@ class CrashedRun:
             self.job = self.start()  # every restart uses the same checkpoint
             self.kill_at("between batches",
                          ready=done,
-                         verify=lambda n: done(n) and latest_offset(checkpoint) == planned(n))
+                         verify=lambda n: done(n) and latest_offset(checkpoint) == planned(n),
+                         near=lambda n: planned(n) is not None)
             self.job = self.start()
             # A task commits its partition's state after writing its rows, whose part file no
             # log file lists until the whole batch commits. This kill, or an earlier one, must
@@ -310,7 +362,8 @@ class CrashedRun:
                          ready=lambda n: (b := planned(n)) is not None
                          and (written(b) or committed(checkpoint, b)),
                          verify=lambda n: written(planned(n))
-                         and not committed(checkpoint, planned(n)))
+                         and not committed(checkpoint, planned(n)),
+                         near=lambda n: planned(n) is not None)
 
             # The rest of the files, then a run that processes everything pending and stops.
             while self.trickle.remaining:
@@ -392,12 +445,12 @@ def frame_rows(frame) -> list:
                   key=sort_key)
 
 
+# The second tier (make test-slow): both backends on JSON lines; Avro input (the project's own
+# source, the same for both backends) on the default one. The matrix of make test kills the same
+# sources and sinks with lateness on. Every crash test names the job's checkpoint and outputs by
+# file:// URIs: the job's own reads and writes beside Spark's (layout pinning, late-record audit,
+# users at restart, the Delta sink) then take Hadoop's file system, as on hdfs://.
 @pytest.mark.slow
-# Both backends on JSON lines; Avro input (the project's own source, the same for both backends)
-# on the default one, to keep the suite's time in bounds. Every crash test names the job's
-# checkpoint and outputs by file:// URIs: the job's own reads and writes beside Spark's (layout
-# pinning, late-record audit, users at restart, the Delta sink) then take Hadoop's file system,
-# as on hdfs://.
 @pytest.mark.parametrize("backend,fmt", [("applyInPandasWithState", "json"),
                                          ("transformWithState", "json"),
                                          ("applyInPandasWithState", "avro")])
@@ -462,8 +515,7 @@ class TopicTrickle(Trickle):
         """The first planned batch whose end offsets add up to the records of ``n`` files."""
         for batch in _batch_ids(checkpoint / "offsets"):
             try:
-                lines = (checkpoint / "offsets" / str(batch)).read_text().strip().splitlines()
-                taken = sum(json.loads(lines[-1])[self.topic].values())
+                taken = sum(source_offset(checkpoint, batch)[self.topic].values())
             except (ValueError, KeyError, IndexError, FileNotFoundError):
                 return None  # being written right now
             if taken == self.produced[n]:
@@ -476,7 +528,6 @@ class TopicTrickle(Trickle):
         self.writer.close()
 
 
-@pytest.mark.slow
 def test_kafka_input_sigkilled_at_every_kind_of_point_then_restarted_gives_the_oracle(
         spark, tmp_path, dataset, kafka_bootstrap):
     """Kafka in and out: the input offsets live in the checkpoint, so the topic's records are
@@ -516,28 +567,47 @@ LATENESS = "8 hours"
 ONE_FILE_PER_BATCH = {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
 
 
-@pytest.fixture(scope="module")
-def late_dataset(tmp_path_factory):
+def generate_late_dataset(out: Path, fmt: str) -> tuple[list[Path], list[list]]:
     """Impressions that arrive hours after the visits they led to, so that some goals are first
     written without them and revised when they come, and some arrive too late even for the
-    allowed lateness; the files, and the records of each."""
+    allowed lateness, in files of ``fmt`` (``json``, with ``BAD_LINES`` added, or ``avro``)
+    under ``out``, the trailing heartbeat file included; the files, and the records of each."""
     from attribution.spark.files import read_events
     from generators.dataset import generate
     from generators.params import GeneratorParams
+    from generators.writers import heartbeat_record, part_name, write_events_file
 
-    out = tmp_path_factory.mktemp("crash-late-data")
     params = GeneratorParams(users=20, seed=61, files=8, heartbeat=True, span="2 days",
                              total_span="3 days", goal_fraction=0.4, paid_session_prob=0.9,
                              disorder="per-source", impression_lag="10 hours",
                              visit_lag="0 seconds", lag_jitter="10 hours", late_fraction=0.06,
-                             redelivery_rate=0.05, watermark_delay="10 minutes")
+                             redelivery_rate=0.05, watermark_delay="10 minutes", format=fmt)
     result = generate(params, out / "data", truth=False, plot=False)
+    assert [f.suffix for f in result.event_files] == [f".{fmt}"] * len(result.event_files)
     heartbeat = result.manifest["heartbeat"]
-    last = result.events_dir / f"part-{len(result.event_files):05d}.json"
-    last.write_text(json.dumps({"event_id": "hb-flush", "event_type": "heartbeat",
-                                "ts": ms_to_iso(heartbeat["ts_ms"] + 1)}) + "\n")
-    files = with_bad_lines([*result.event_files, last], out / "files")
+    last = result.events_dir / part_name(len(result.event_files), fmt)
+    if fmt == "json":
+        last.write_text(json.dumps({"event_id": "hb-flush", "event_type": "heartbeat",
+                                    "ts": ms_to_iso(heartbeat["ts_ms"] + 1)}) + "\n")
+        files = with_bad_lines([*result.event_files, last], out / "files")
+    else:
+        # The generator's own heartbeat file, as Avro (a heartbeat file needs no vocabulary).
+        flush = {**heartbeat_record(heartbeat["ts_ms"] + 1, 0), "event_id": "hb-flush"}
+        write_events_file(last, fmt, None, None, params.seed, heartbeat=flush)
+        files = [*result.event_files, last]  # Avro cannot hold a malformed line
     return files, [read_events(f) for f in [*result.event_files, last]]
+
+
+@pytest.fixture(scope="module")
+def late_dataset(tmp_path_factory):
+    """The late dataset (``generate_late_dataset``) in JSON lines, with invalid lines."""
+    return generate_late_dataset(tmp_path_factory.mktemp("crash-late-data"), "json")
+
+
+@pytest.fixture(scope="module")
+def late_avro_dataset(tmp_path_factory):
+    """The late dataset (``generate_late_dataset``) in the generator's Avro files."""
+    return generate_late_dataset(tmp_path_factory.mktemp("crash-late-avro"), "avro")
 
 
 class DeltaTablesAtKills:
@@ -593,26 +663,38 @@ class DeltaTablesAtKills:
         assert any(at_kill for _, _, at_kill in self.seen)
 
 
-# Each backend once: transformWithState into Parquet files; applyInPandasWithState (the default)
-# with early results into a Delta changelog and a current table (--current-table), both of which
-# a reader outside Spark also looks at after every kill.
-LATENESS_RUNS = {"transformWithState-parquet": (["--backend", "transformWithState"], "parquet"),
-                 "applyInPandasWithState-delta": (["--backend", "applyInPandasWithState",
-                                                   "--early-results"], "delta")}
+# name: (job options, input format, output format). Runs A and C of the matrix, each backend
+# once: applyInPandasWithState (the default) with early results on JSON lines into a Delta
+# changelog and a current table (--current-table), both of which a reader outside Spark also
+# looks at after every kill; transformWithState on the generator's Avro files into Parquet files.
+# The second tier adds transformWithState on JSON lines into Parquet files.
+LATENESS_RUNS = {"applyInPandasWithState-delta": (["--backend", "applyInPandasWithState",
+                                                   "--early-results"], "json", "delta"),
+                 "transformWithState-avro": (["--backend", "transformWithState",
+                                              "--format", "avro"], "avro", "parquet"),
+                 "transformWithState-parquet": (["--backend", "transformWithState"], "json",
+                                                "parquet")}
+SLOW_LATENESS_RUNS = {"transformWithState-parquet"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(LATENESS_RUNS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)
+                                  if name in SLOW_LATENESS_RUNS else name
+                                  for name in LATENESS_RUNS])
 def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
-        spark, tmp_path, late_dataset, name):
+        spark, tmp_path, request, subtests, name):
     """SIGKILLs at every kind of point with an allowed lateness that late impressions fall
     within: the changelog, every goal's revisions and signs, equals that of an uninterrupted
     run of the same files, its net table is the oracle over the accepted records, and the
     late-record output holds the dropped records once. Into Delta, the current table equals the
     uninterrupted run's too, each table's history holds every micro-batch's commit once, and
-    after every kill each table held whole micro-batches only."""
-    job_options, output_format = LATENESS_RUNS[name]
-    files, records = late_dataset
+    after every kill each table held whole micro-batches only. On Avro files into Parquet, the
+    Avro source's offsets made micro-batch k read file k alone across every restart, killed
+    micro-batches left part files that no log file lists, Spark's read and the pandas reader
+    ``read_attributions`` both give the committed changelog without them, the late-record audit
+    ran on every committed micro-batch, and the dead letter is empty."""
+    job_options, input_format, output_format = LATENESS_RUNS[name]
+    files, records = request.getfixturevalue(
+        "late_avro_dataset" if input_format == "avro" else "late_dataset")
     options = [*job_options, "--watermark-delay", "10 minutes", "--allowed-lateness", LATENESS]
     crashed_dir, reference = tmp_path / "crashed", tmp_path / "uninterrupted"
     tables = (DeltaTablesAtKills(crashed_dir / "out", crashed_dir / "current")
@@ -626,7 +708,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     crashed = CrashedRun(crashed_dir, files, crashed_options, output_format=output_format,
                          after_kill=tables.look if tables else None,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
-    crashed.run()
+    final = crashed.run()
     last_batch = latest_offset(crashed.checkpoint)
     assert last_batch == len(files) - 1
     assert [files_in_batch(crashed.checkpoint, b) for b in range(last_batch + 1)] == \
@@ -662,9 +744,39 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     assert sorted(event_id for event_id, *_ in late) == sorted(
         e.event_id for lost in dropped.values() for e in lost)
     assert late  # some records were too late even for the allowed lateness
-    assert_dead_letter_exactly_once(spark, crashed.dead)
+    if input_format == "avro":
+        assert_avro_into_parquet(spark, subtests, crashed, files, final, changelog)
+    else:
+        assert_dead_letter_exactly_once(spark, crashed.dead)
     if tables is not None:
         tables.assert_as_uninterrupted(reference, last_batch + 1, len(crashed.kills))
+
+
+def assert_avro_into_parquet(spark, subtests, crashed: CrashedRun, files: list[Path], final: str,
+                             changelog: list) -> None:
+    """The checks of a crashed run on Avro files into Parquet, each a subtest: the ``files``
+    trickled, the final run's log ``final``, and ``changelog``, the committed rows read without
+    Spark (``read_attribution_rows``) in ``_changelog_order``."""
+    checkpoint, output = crashed.checkpoint, crashed.output
+    with subtests.test(msg="the Avro source's offsets: micro-batch k read file k alone"):
+        read = [[Path(f).name for f in source_offset(checkpoint, b)["files"]]
+                for b in _batch_ids(checkpoint / "offsets")]
+        assert read == [[f.name] for f in files]
+    with subtests.test(msg="the final run ran, and counted invalid records"):
+        assert "attribution stream run" in final and "invalid" in final
+    with subtests.test(msg="the late-record audit ran on every committed micro-batch"):
+        assert f" in {crashed.given(crashed.late)}" in final
+        audited = {int(p.name) for p in (crashed.late / "_audited").iterdir()
+                   if p.name.isdigit()}
+        assert audited == set(_batch_ids(checkpoint / "commits")), audited
+    with subtests.test(msg="killed micro-batches left part files that no log file lists"):
+        assert uncommitted_parts(output)
+    with subtests.test(msg="Spark's read of the output gives the committed changelog"):
+        assert sorted(committed_attributions(spark, output), key=_changelog_order) == changelog
+    with subtests.test(msg="read_attributions (pandas) gives the committed changelog"):
+        assert sorted(frame_rows(read_attributions(output)), key=_changelog_order) == changelog
+    with subtests.test(msg="the dead letter is empty: Avro holds no malformed line"):
+        assert committed_files(crashed.dead) == []
 
 
 def _changelog_order(r) -> tuple:

@@ -1,12 +1,14 @@
-"""Both jobs run the documented way, under ``spark-submit``: a SIGTERM to the spark-submit
-process (as ``kill PID`` or a scheduler sends it) stops the run after the current micro-batch
-with the final report and exit code 143, and Spark's log goes to ``--log-file``, not to the
-terminal.
+"""Both jobs run the documented way, under ``spark-submit`` with Spark's own settings for code
+generation, as users run them: a signal to the spark-submit process stops the run after the
+current micro-batch with the final report and the signal's exit code, and Spark's log goes to
+``--log-file``, not to the terminal. The attribution job gets SIGTERM (as ``kill PID`` or a
+scheduler sends it: exit code 143), the join job SIGINT (exit code 130).
 
 Under spark-submit the JVM is the process signalled, and it started the Python driver as its
-child; the job hands the JVM's SIGTERM to its own stop request (``jobs.runtime``). Each run also
-asks for the Spark UI (``--conf spark.ui.enabled=true``, whose address the job prints) and for
-its progress as JSON lines (``--progress-json``), one per micro-batch.
+child; the job hands the JVM's SIGTERM and SIGINT to its own stop request (``jobs.runtime``,
+the same for both jobs). Each run also asks for the Spark UI (``--conf spark.ui.enabled=true``,
+whose address the job prints) and for its progress as JSON lines (``--progress-json``), one per
+micro-batch.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from commandline.exits import ExitCode
 from support import (
     CH7_DIR,
     ROOT,
+    SPARK_CODEGEN_DEFAULTS,
     assert_no_traceback,
     signal_after_batch_1,
     spark_submit_jar_options,
@@ -32,37 +35,38 @@ SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
 FILES = 7
 
-# job script, its own options, the first line of its report
+# job script, its own options, the signal, its exit code, the first line of the report
 JOBS = {
     "attribution": ("attribution_job.py", ["--watermark-delay", "3 minutes"],
+                    signal.SIGTERM, ExitCode.TERMINATED,
                     "attribution stream run (applyInPandasWithState) stopped by SIGTERM in "),
     "join": ("join_job.py", ["--strategy", "state-key", "--max-delay", "3 minutes"],
-             "click-through join (state-key, inner) stopped by SIGTERM: "),
+             signal.SIGINT, ExitCode.INTERRUPTED,
+             "click-through join (state-key, inner) stopped by SIGINT: "),
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(JOBS))
-def test_sigterm_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name):
-    script, options, title = JOBS[name]
+def test_a_signal_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name):
+    script, options, signum, exit_code, title = JOBS[name]
+    signal_name = signal.Signals(signum).name
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
     command = [str(SPARK_SUBMIT), "--master", "local[2]", *spark_submit_jar_options(),
-               str(ROOT / "jobs" / script),
+               *SPARK_CODEGEN_DEFAULTS, str(ROOT / "jobs" / script),
                "--events", str(events), "--output", "out", "--checkpoint", "cp",
                "--max-files-per-trigger", "1", "--trigger", "3 seconds",
                "--log-file", "spark.log", "--progress-json", "progress.jsonl",
                "--conf", "spark.ui.enabled=true", *options]
     # spark-submit's PythonRunner merges the driver's stderr into its stdout; the signal goes
     # to spark-submit's process alone: the JVM.
-    code, output, jvm_stderr = signal_after_batch_1(command, tmp_path, signal.SIGTERM,
-                                                    watch="stdout",
+    code, output, jvm_stderr = signal_after_batch_1(command, tmp_path, signum, watch="stdout",
                                                     wait_seconds=WAIT_SECONDS)
 
-    assert code == ExitCode.TERMINATED, (output + jvm_stderr)[-3000:]
+    assert code == exit_code, (output + jvm_stderr)[-3000:]
     assert_no_traceback(output + jvm_stderr)
-    assert "SIGTERM: stopping after the current micro-batch" in output
+    assert f"{signal_name}: stopping after the current micro-batch" in output
     lines = output.rstrip().splitlines()
-    assert lines[-1] == "stopped by SIGTERM; rerun with the same --checkpoint to resume"
+    assert lines[-1] == f"stopped by {signal_name}; rerun with the same --checkpoint to resume"
     report = next(line for line in lines if line.startswith(title))
     batches = int(re.search(r"(\d+) batch", report).group(1))
     assert 2 <= batches < FILES  # stopped after batch 1's successor at the latest, files left

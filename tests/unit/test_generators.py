@@ -267,7 +267,6 @@ def test_same_seed_same_bytes(tmp_path, fmt):
     assert other[name] != first[name]
 
 
-@pytest.mark.slow
 def test_same_bytes_across_processes_and_hash_seeds(tmp_path):
     env = dict(os.environ)
     outs = []
