@@ -1,6 +1,7 @@
 """Helpers shared by test modules of every tier (tests import these, never each other).
 
-* ``ROOT``, ``CH7_DIR``: the repository and the chapter 7 dataset in it;
+* ``ROOT``, ``CH7_DIR``, ``CH7_ROWS``: the repository, the chapter 7 dataset in it and its two
+  rows;
 * ``PARQUET_OUTPUT``: the job's output options where the sink is not the subject;
 * ``stage_in_arrival_order``: copy files so a file stream reads them in a given order;
 * ``committed_attributions``: the rows a Spark file sink committed;
@@ -44,6 +45,12 @@ from attribution.oracle import sort_key
 
 ROOT = Path(__file__).resolve().parent.parent
 CH7_DIR = ROOT / "tests" / "data" / "ch7"
+# The chapter's two rows (semantics.md, section 5) as (goal, impression, trail).
+CH7_ROWS = {
+    ("g-signup", 123, ("http://xyz.com/",)),
+    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
+                        "http://xyz.com/thing/purchase")),
+}
 # Modification time (epoch seconds, 2026-05-28) of staged input files: after every event time of
 # the test data, so that --max-future-skew (judged against a file's modification time) passes.
 FILE_TIME = 1_780_000_000

@@ -22,6 +22,7 @@ from attribution.spark.files import read_events
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import (
+    CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
     PARQUET_OUTPUT,
     ROOT,
@@ -34,12 +35,6 @@ from support import (
     stage_conflicting_copies,
     stage_in_arrival_order,
 )
-
-CH7_ROWS = {
-    ("g-signup", 123, ("http://xyz.com/",)),
-    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
-                        "http://xyz.com/thing/purchase")),
-}
 
 
 def run_job(spark, tmp_path: Path, events: Path, *options: str):

@@ -20,7 +20,7 @@ from attribution.oracle import attribute_batch
 from attribution.spark.files import read_events
 from attribution.spark.validation import classify, read_raw_batch
 from jobs.attribution_job import parse_args, run
-from support import FILE_TIME, PARQUET_OUTPUT, ROOT, stage_in_arrival_order
+from support import CH7_ROWS, FILE_TIME, PARQUET_OUTPUT, ROOT, stage_in_arrival_order
 
 USER = "UserX"
 GOOD_VISIT = {"event_id": "bad-visit", "user_id": USER, "event_type": "visit",
@@ -78,11 +78,6 @@ BAD_LINES = [
 # Redelivered copies of good records (same event_id), each arriving before the watermark passes
 # it: they must be deduplicated, not attributed twice.
 REDELIVERED = {2: "i-123", 3: "g-signup", 6: "g-receipt"}
-CH7_ROWS = {
-    ("g-signup", 123, ("http://xyz.com/",)),
-    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
-                        "http://xyz.com/thing/purchase")),
-}
 
 
 def _mixed_ch7(ch7_dir: Path, tmp_path: Path) -> Path:

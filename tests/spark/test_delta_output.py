@@ -34,14 +34,15 @@ from attribution.spark.output import read_attributions_spark
 from attribution.spark.sources.offset_log import committed_batches
 from jobs.attribution_job import main, parse_args, run
 from shared_runs import files_read_since, last_execution_id, whole_locations
-from support import dropped_by_spark, folded_rows, generate_late_dataset, stage_in_arrival_order
+from support import (
+    CH7_ROWS,
+    dropped_by_spark,
+    folded_rows,
+    generate_late_dataset,
+    stage_in_arrival_order,
+)
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
-CH7_ROWS = {
-    ("g-signup", 123, ("http://xyz.com/",)),
-    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
-                        "http://xyz.com/thing/purchase")),
-}
 DELAY, LATENESS = "10 minutes", "2 hours"
 MODELS = ("last_touch", "linear")
 

@@ -49,6 +49,7 @@ from spark_scenarios import (
     watermark_text,
 )
 from support import (
+    CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
     FILE_TIME,
     PARQUET_OUTPUT,
@@ -56,11 +57,6 @@ from support import (
     stage_in_arrival_order,
 )
 
-CH7_ROWS = {
-    ("g-signup", 123, ("http://xyz.com/",)),
-    ("g-receipt", 456, ("http://xyz.com/thing", "http://xyz.com/thing/add-to-cart",
-                        "http://xyz.com/thing/purchase")),
-}
 COPY_GROUPS = ("copies-smaller-first", "copies-smaller-last")
 
 
