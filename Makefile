@@ -119,7 +119,7 @@ durations: $(STAMP)
 
 # The unit tier alone: no Spark session, about a minute.
 test-fast: lint
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
