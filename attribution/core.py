@@ -495,8 +495,15 @@ class UserAttribution:
         if not self.config.revising or wakeup is None:
             return wakeup
         if self.open_goals:
+            # An open goal may be held as another copy now: a smaller one that is no goal took
+            # its place, and its retraction is revised until that copy is final (``fire``).
             lateness = self.config.allowed_lateness_ms
-            wakeup = min(wakeup, min(self.visits[g].ts for g in self.open_goals) + lateness)
+            held = [self._held(g) for g in self.open_goals]
+            known = [h.ts for h in held if h is not None and not isinstance(h, int)]
+            if known:
+                wakeup = min(wakeup, min(known) + lateness)
+            if len(known) < len(held) and self.watermark is not None:
+                wakeup = min(wakeup, self.watermark + 1)  # fire drops an entry of no copy
         if every_move and self.watermark is not None:
             wakeup = min(wakeup, self.watermark + 1)
         return wakeup
