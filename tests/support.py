@@ -10,6 +10,7 @@
 * ``reference_attribution``: an independent brute-force reading of the rules, on networkx
   (``reference_records``: its rule 1, the records that count);
 * ``conflicting_copy``: a hypothesis strategy for a copy of a record with other contents;
+  ``noise_event``: a record off any session, drawn;
 * ``assert_same_rows``: rows equal, credits and credited values within rounding;
 * ``larger_event_set``: a few hundred random events of one user;
 * ``conflicting_copies``, ``stage_conflicting_copies``, ``CONFLICTING_COPIES_ROWS``,
@@ -122,6 +123,24 @@ def conflicting_copy(draw, e: Event, spread: int, campaigns: Sequence[Optional[s
     return Event(e.event_id, e.user_id, "visit", ts, url=draw(st.sampled_from(PAGES)),
                  referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
                  is_goal=draw(st.booleans()), value=draw(st.sampled_from(values)))
+
+
+def noise_event(draw, event_id: str, user: str, ts: int, campaigns: Sequence[Optional[str]],
+                values: Sequence[Optional[float]], impression_ids: int, goal_one_in: int) -> Event:
+    """A record off any session (for hypothesis: ``draw`` is its draw function): at random an
+    impression (one of ``impression_ids`` ids, shown on a search page or a page, leading to a
+    page, with one of ``campaigns``) or a visit to a page from anywhere or nowhere, a goal one
+    time in ``goal_one_in``, with one of ``values``."""
+    if draw(st.booleans()):
+        return Event(event_id, user, "impression", ts,
+                     impression_id=draw(st.integers(0, impression_ids - 1)),
+                     source_url=draw(st.sampled_from(SEARCH_PAGES + PAGES)),
+                     target_url=draw(st.sampled_from(PAGES)),
+                     campaign=draw(st.sampled_from(campaigns)))
+    return Event(event_id, user, "visit", ts, url=draw(st.sampled_from(PAGES)),
+                 referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
+                 is_goal=draw(st.integers(0, goal_one_in - 1)) == 0,
+                 value=draw(st.sampled_from(values)))
 
 
 def reference_records(arrivals: Iterable[Event]) -> dict[str, dict[str, Event]]:

@@ -40,6 +40,7 @@ from support import (
     assert_same_rows,
     conflicting_copy,
     larger_event_set,
+    noise_event,
     reference_attribution,
     reference_records,
 )
@@ -111,18 +112,8 @@ def event_sets(draw) -> list[Event]:
     for _ in range(draw(st.integers(0, 12))):
         user = draw(st.sampled_from(users))
         ts = draw(st.integers(0, 30))
-        if draw(st.booleans()):
-            events.append(Event(_id(draw, used), user, "impression", ts,
-                                impression_id=draw(st.integers(0, 3)),
-                                source_url=draw(st.sampled_from(SEARCH_PAGES + PAGES)),
-                                target_url=draw(st.sampled_from(PAGES)),
-                                campaign=draw(st.sampled_from(CAMPAIGNS))))
-        else:
-            events.append(Event(_id(draw, used), user, "visit", ts,
-                                url=draw(st.sampled_from(PAGES)),
-                                referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
-                                is_goal=draw(st.integers(0, 3)) == 0,
-                                value=draw(st.sampled_from(VALUES))))
+        events.append(noise_event(draw, _id(draw, used), user, ts, CAMPAIGNS, VALUES,
+                                  impression_ids=4, goal_one_in=4))
     return events
 
 

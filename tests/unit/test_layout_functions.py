@@ -105,7 +105,14 @@ from attribution.spark.transform_with_state import (
     CompactAttributionProcessor,
 )
 from attribution.spark.types import spark_struct
-from support import PAGES, SEARCH_PAGES, assert_same_rows, conflicting_copy, folded_rows
+from support import (
+    PAGES,
+    SEARCH_PAGES,
+    assert_same_rows,
+    conflicting_copy,
+    folded_rows,
+    noise_event,
+)
 
 # -- generated streams ----------------------------------------------------------------------------
 
@@ -176,18 +183,8 @@ def event_sets(draw, config: AttributionConfig) -> list[Event]:
             referer, page = page, draw(st.sampled_from(PAGES))
     for _ in range(draw(st.integers(0, 6))):
         user, ts = draw(st.sampled_from(users)), BASE + draw(st.integers(1, 40))
-        if draw(st.booleans()):
-            events.append(Event(_id(draw, used), user, "impression", ts,
-                                impression_id=draw(st.integers(0, 2)),
-                                source_url=draw(st.sampled_from(SEARCH_PAGES + PAGES)),
-                                target_url=draw(st.sampled_from(PAGES)),
-                                campaign=draw(st.sampled_from(CAMPAIGNS))))
-        else:
-            events.append(Event(_id(draw, used), user, "visit", ts,
-                                url=draw(st.sampled_from(PAGES)),
-                                referer=draw(st.sampled_from(PAGES + SEARCH_PAGES + (None,))),
-                                is_goal=draw(st.integers(0, 2)) == 0,
-                                value=draw(st.sampled_from(VALUES))))
+        events.append(noise_event(draw, _id(draw, used), user, ts, CAMPAIGNS, VALUES,
+                                  impression_ids=3, goal_one_in=3))
     if not events:
         return events
     copies = draw(st.lists(st.sampled_from(events), max_size=3))
