@@ -1,11 +1,13 @@
-"""The Spark attribution job: both stateful backends and batch mode against the batch oracle.
+"""The Spark attribution job: batch mode against the batch oracle (the chapter 7 files,
+multi-touch sessions under every model, conflicting copies in either order), the command line
+(help, one-line errors, spark-submit), and what a checkpoint pins (state layout, bucket count,
+bucket keys, the state column).
 
-Streams are file sources read with ``maxFilesPerTrigger=1`` and ``availableNow``, so every file is
-one micro-batch and one explicit watermark step; nothing depends on wall-clock time.
+Streams are file sources read with ``availableNow``, so nothing depends on wall-clock time. The
+streaming layouts' scenarios run as users of one stream per layout in ``test_streaming_layouts``.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -15,11 +17,9 @@ from pathlib import Path
 import pytest
 
 from attribution.config import MODELS, AttributionConfig, parse_duration_ms
-from attribution.events import Event
 from attribution.oracle import attribute_batch, sort_key
-from attribution.spark.files import read_events, write_events
+from attribution.spark.files import read_events
 from attribution.spark.output import read_attribution_rows
-from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
 from support import (
     CH7_ROWS,
@@ -36,8 +36,6 @@ from support import (
     stage_in_arrival_order,
 )
 
-STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
-
 
 def run_job(spark, tmp_path: Path, events: Path, *options: str):
     args = parse_args(["--events", str(events), "--output", str(tmp_path / "out"),
@@ -47,21 +45,13 @@ def run_job(spark, tmp_path: Path, events: Path, *options: str):
     return report, sorted(read_attribution_rows(tmp_path / "out"), key=sort_key)
 
 
-# Each stream backend with its default state layout, then the other layout.
-LAYOUTS = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
-           "applyInPandasWithState-per-user": ["--backend", "applyInPandasWithState",
-                                               "--state-buckets", "0"],
-           "transformWithState": ["--backend", "transformWithState"],
-           "transformWithState-declared": ["--backend", "transformWithState",
-                                           "--tws-state", "declared"],
-           "batch": ["--mode", "batch"]}
+# The streaming layouts run these scenarios, and more, as users of one stream each
+# (test_streaming_layouts); batch mode runs them here, each on its own data.
+BATCH = ["--mode", "batch"]
 
 
-@pytest.mark.parametrize("mode", list(LAYOUTS))
-def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, mode):
-    options = LAYOUTS[mode]
-    report, rows = run_job(spark, tmp_path, ch7_stream_dir, "--max-files-per-trigger", "1",
-                           "--watermark-delay", "3 minutes", *options)
+def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir):
+    report, rows = run_job(spark, tmp_path, ch7_stream_dir, *BATCH)
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
     assert rows == attribute_batch(read_events(ch7_stream_dir))
     # Without --models: last_touch alone, and the columns of later sections at their defaults.
@@ -70,15 +60,11 @@ def test_ch7_files_give_the_two_expected_rows(spark, tmp_path, ch7_stream_dir, m
         ("last_touch", 1.0, None, None, None, 1, 0, "ON_TIME")}
     assert (report.goals, report.attributed, report.late_rows) == (2, 2, 0)
     assert report.attributed_by_model == {"last_touch": 2}
-    if mode != "batch":
-        assert report.input_rows == 12  # 11 events and the heartbeat
-        assert report.batches >= 7       # one per file, plus the timer-only batch
 
 
-@pytest.mark.parametrize("mode", list(LAYOUTS))
-def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tmp_path, mode):
+def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tmp_path):
     """All five models in one run, on generated sessions where many goals have several clicks
-    upstream, with campaigns and values: each path gives the oracle's rows, row for row."""
+    upstream, with campaigns and values: the oracle's rows, row for row."""
     events = multi_touch_events(tmp_path / "events")
     config = AttributionConfig(models=MODELS, half_life_ms=parse_duration_ms("2 days"))
     expected = attribute_batch(read_events(events), config)
@@ -88,8 +74,7 @@ def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tm
     assert any(r.goal_value is None for r in expected) and any(r.organic for r in expected)
 
     report, rows = run_job(spark, tmp_path, events, "--models", "all", "--half-life", "2 days",
-                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes",
-                           *LAYOUTS[mode])
+                           *BATCH)
     assert rows == expected
     goals = {r.goal_event_id for r in expected}
     assert report.goals == len(goals) and report.late_rows == 0
@@ -100,101 +85,18 @@ def test_every_model_on_multi_touch_data_equals_the_oracle_row_for_row(spark, tm
 
 
 @pytest.mark.parametrize("order", ["smaller-first", "smaller-last"])
-@pytest.mark.parametrize("mode", [
-    mode if mode in ("applyInPandasWithState", "batch")
-    else pytest.param(mode, marks=pytest.mark.slow) for mode in LAYOUTS])
-def test_conflicting_copies_give_the_same_rows_on_every_path_and_order(spark, tmp_path, mode,
-                                                                      order):
-    """Copies of one record that differ, one in each of two micro-batches (either way round;
-    batch mode reads both files at once): every path keeps the smallest copy (rule 1), so the
-    rows are the oracle's, whatever the order, and those of the smaller copies alone."""
+def test_conflicting_copies_give_the_same_rows_on_every_path_and_order(spark, tmp_path, order):
+    """Copies of one record that differ, in two files (either way round; batch mode reads both
+    at once): the smallest copy is kept (rule 1), so the rows are the oracle's, whatever the
+    order, and those of the smaller copies alone."""
     events = stage_conflicting_copies(tmp_path / "events", order == "smaller-first")
     smaller, _, common = conflicting_copies()
     expected = attribute_batch(smaller + common)
     assert [conflicting_copies_row(r) for r in expected] == CONFLICTING_COPIES_ROWS
     assert attribute_batch(read_events(events)) == expected
-    report, rows = run_job(spark, tmp_path, events, "--max-files-per-trigger", "1",
-                           "--watermark-delay", "10 minutes", *LAYOUTS[mode])
+    report, rows = run_job(spark, tmp_path, events, *BATCH)
     assert rows == expected
     assert report.late_rows == 0 and report.goals == len(CONFLICTING_COPIES_ROWS)
-    if mode != "batch":
-        assert report.batches >= 3  # the copies met in state, one micro-batch apart
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", STREAM_BACKENDS)
-def test_random_disordered_streams_equal_the_oracle(spark, tmp_path, backend):
-    from generators.dataset import generate
-    from generators.params import GeneratorParams
-
-    params = GeneratorParams(users=40, seed=11, files=7, heartbeat=True, disorder="bounded",
-                             max_delay="2 minutes", redelivery_rate=0.05,
-                             watermark_delay="10 minutes")
-    dataset = generate(params, tmp_path / "data", plot=False)
-    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
-    assert manifest["disorder"]["no_late_events"] is True
-    truth = sorted(read_truth(dataset.truth_path), key=sort_key)
-    assert len(truth) > 20 and any(r.organic for r in truth)
-    assert any(len(r.trail) > 1 for r in truth)
-
-    report, rows = run_job(spark, tmp_path, dataset.events_dir, "--backend", backend,
-                           "--max-files-per-trigger", "1", "--watermark-delay", "10 minutes")
-    assert rows == truth
-    assert len({r.goal_event_id for r in rows}) == len(rows)  # no duplicates
-    assert report.late_rows == 0 and report.goals == len(truth)
-
-
-@pytest.mark.parametrize("backend", STREAM_BACKENDS)
-def test_late_events_are_counted_and_not_used(spark, tmp_path, ch7_stream_dir, backend):
-    """With a 10 s delay the chapter's impressions 456/789 and the visits leading from them arrive
-    behind the watermark: Spark drops them, the job counts them, and no row uses them."""
-    from generators.disorder import late_event_ids_in_dir
-
-    expected_late = late_event_ids_in_dir(ch7_stream_dir, 10_000)
-    assert {"i-456", "i-789"} <= set(expected_late)
-    report, rows = run_job(spark, tmp_path, ch7_stream_dir, "--backend", backend,
-                           "--max-files-per-trigger", "1", "--watermark-delay", "10 seconds")
-    assert report.late_rows == len(expected_late)
-    assert {r.goal_event_id for r in rows} == {"g-signup", "g-receipt"}
-    assert all(r.impression_id not in (456, 789) for r in rows)
-    assert report.goals == 2
-
-
-def _ev(event_id, user, minute, **fields):
-    ts = int(dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc).timestamp() * 1000) + minute * 60_000
-    kind = "impression" if "impression_id" in fields else ("heartbeat" if user is None else "visit")
-    return Event(event_id, user, kind, ts, **fields)
-
-
-@pytest.mark.parametrize("backend", [*STREAM_BACKENDS, "applyInPandasWithState-per-user"])
-def test_state_shrinks_once_the_watermark_passes_ts_plus_lookback(spark, tmp_path, backend):
-    files = [
-        [_ev("a-imp", "alice", 0, impression_id=1, source_url="s", target_url="t"),
-         _ev("a-visit", "alice", 1, url="t", referer="s"),
-         _ev("a-goal", "alice", 2, url="buy", referer="t", is_goal=True),
-         _ev("b-visit", "bob", 1, url="home")],
-        # lookback 10 min, dedup window 5 min: by W = 49 min alice's visits (ts < W - lookback)
-        # and her impression (bucket end 5 min <= W - lookback) are all collectable, as is bob
-        [_ev("c-visit", "carol", 50, url="home")],
-        [_ev("hb", None, 58)],
-    ]
-    src = tmp_path / "src"
-    src.mkdir()
-    paths = []
-    for n, events in enumerate(files):
-        paths.append(src / f"part-{n:05d}.json")
-        write_events(events, paths[-1], "json")
-    events_dir = stage_in_arrival_order(paths, tmp_path / "events")
-    report, rows = run_job(spark, tmp_path, events_dir, *LAYOUTS[backend],
-                           "--max-files-per-trigger", "1", "--watermark-delay", "1 minute",
-                           "--lookback", "10 minutes", "--dedup-window", "5 minutes")
-    assert [(r.goal_event_id, r.impression_id) for r in rows] == [("a-goal", 1)]
-    state_rows = [b["state_rows"] for b in report.history]
-    after_first = state_rows[0]
-    assert after_first > 0
-    assert state_rows[-1] < after_first
-    if backend == "applyInPandasWithState-per-user":  # a row per user: alice+bob, then carol
-        assert after_first == 2 and state_rows[-1] == 1
 
 
 def test_help_explains_every_option():
@@ -262,7 +164,6 @@ def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
 def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     result = spark_submit(
         *spark_submit_jar_options(), *SPARK_CODEGEN_DEFAULTS, JOB,
