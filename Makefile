@@ -69,8 +69,8 @@ docs-examples: check-java $(STAMP) $(JARS)
 #   as JVM properties, which any --conf overrides): generating and compiling Java for each
 #   query's operators costs more than it saves on test data. tests/spark/test_attribution_job.py
 #   used 422 CPU s against 475 (commit 2b90197). The runs that stand for a user (the crash runs,
-#   the cluster, spark-submit) keep Spark's code generation (tests/support: SPARK_CODEGEN_DEFAULTS
-#   or their own JVM's defaults).
+#   the cluster, spark-submit) keep Spark's code generation (SPARK_CODEGEN_DEFAULTS of
+#   tests/support/commands.py, or their own JVM's defaults).
 # The cluster test's master, workers and executors take the drivers' JVM options, less the Spark
 # settings (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
 # Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jobs import attribution_job, join_job
 from jobs.runtime import build_spark_session
-from support import CH7_DIR
+from support.datasets import CH7_DIR
 
 # Both backends and both sinks: (backend, output format).
 ATTRIBUTION_RUNS = (("transformWithState", "delta"), ("applyInPandasWithState", "parquet"))

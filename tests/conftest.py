@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from support import CH7_DIR, ROOT, stage_in_arrival_order
+from support import ROOT
+from support.datasets import CH7_DIR, stage_in_arrival_order
 from timings import interleaved, recorded_seconds
 
 # The seconds a test without a record is ranked by: its tier's typical test (system tests start

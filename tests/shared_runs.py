@@ -7,8 +7,8 @@ each other):
 * ``whole_locations``, ``last_execution_id``, ``files_read_since``: how many input files a
   run's SQL executions read, from Spark's own metrics;
 * ``COPY_ORDERS``, ``stage_conflicting_copies_in_both_orders``, ``order_of``: the conflicting
-  copies of ``support.conflicting_copies`` in both arrival orders at once, each order for its
-  own users, so that one stream answers for both.
+  copies of ``support.datasets.conflicting_copies`` in both arrival orders at once, each order for
+  its own users, so that one stream answers for both.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from support import PARQUET_OUTPUT, stage_in_arrival_order
+from support.datasets import stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 # -- the chapter 7 files made late -----------------------------------------------------------------
 
@@ -136,16 +137,16 @@ _ORDER_MARK = "@"  # a user of order o is "<user>@<o>"
 
 
 def stage_conflicting_copies_in_both_orders(dest: Path) -> Path:
-    """``support.conflicting_copies`` twice over, as three JSON-lines files staged in arrival
-    order under ``dest``: each user once per order of ``COPY_ORDERS`` (``<user>@<order>``), the
-    records without copies and the first copy of each pair in the first file, the other copies
+    """``support.datasets.conflicting_copies`` twice over, as three JSON-lines files staged in
+    arrival order under ``dest``: each user once per order of ``COPY_ORDERS`` (``<user>@<order>``),
+    the records without copies and the first copy of each pair in the first file, the other copies
     in the second, then a heartbeat at minute 30. Users are independent, so each order's users
-    see what ``support.stage_conflicting_copies`` gives them alone; the watermark, which all
-    users share, moves as it does there (both orders have the same times). With a watermark
+    see what ``support.datasets.stage_conflicting_copies`` gives them alone; the watermark, which
+    all users share, moves as it does there (both orders have the same times). With a watermark
     delay of 10 minutes nothing is late."""
     from attribution import Event
     from attribution.spark.files import write_events
-    from support import conflicting_copies
+    from support.datasets import conflicting_copies
 
     smaller, larger, common = conflicting_copies()
     files: list[list] = [[], [], []]

@@ -4,17 +4,17 @@ the rules say a run over it must do, micro-batch by micro-batch (no Spark here).
 ``rich_stream`` writes ``FILES`` JSON-lines files in arrival order. Their users, by group (the
 text before ``:`` in a user id, ``group_of``):
 
-* ``multi-touch``: ``support.multi_touch_events``' generated sessions, where many goals have two
-  or more ad clicks upstream, with campaigns and values;
+* ``multi-touch``: ``support.datasets.multi_touch_events``' generated sessions, where many goals
+  have two or more ad clicks upstream, with campaigns and values;
 * ``random``: a second generated dataset (another site and seed), random bounded disorder with
   redelivered copies, and its generator's truth;
 * ``ch7``: the chapter 7 files' events (user ``ch7:UserX``), the goals a micro-batch before the
   impressions they are credited to;
 * ``late``: the chapter 7 events again (user ``late:UserX``), where impressions 456 and 789 and
   the visits leading from them arrive after the watermark has passed them;
-* ``copies-smaller-first`` and ``copies-smaller-last``: ``support.conflicting_copies``, one copy
-  of each record before the restart and the other copy after it, the smaller copies first in one
-  group and last in the other (the same event ids in both: records are a user's);
+* ``copies-smaller-first`` and ``copies-smaller-last``: ``support.datasets.conflicting_copies``, one
+  copy of each record before the restart and the other copy after it, the smaller copies first in
+  one group and last in the other (the same event ids in both: records are a user's);
 * ``shrink``: alice and bob, whose state garbage collection must drop while carol, who comes
   later, is still held.
 
@@ -46,7 +46,7 @@ from attribution.events import Event, parse_event
 from attribution.oracle import sort_key
 from attribution.rows import Attribution
 from attribution.spark.files import read_event_records, read_events, write_events
-from support import CH7_DIR, conflicting_copies, multi_touch_events
+from support.datasets import CH7_DIR, conflicting_copies, multi_touch_events
 
 # The run's settings: every model; a lookback short enough that users leave the state within the
 # generated two months; the half-life the multi-touch sessions (a day apart) make meaningful.
@@ -93,7 +93,7 @@ class RichStream:
     :ivar random_truth: the ``random`` users' ``last_touch`` rows in the generator's truth
         file, under their ids here.
     :ivar random_manifest: that dataset's manifest.
-    :ivar copies_base_ms: the time minute 0 of ``support.conflicting_copies`` was moved to.
+    :ivar copies_base_ms: the time minute 0 of ``support.datasets.conflicting_copies`` was moved to.
     :ivar intended_late: ``(user_id, event_id)`` of the records placed behind the watermark.
     """
 

@@ -21,20 +21,18 @@ from attribution.oracle import attribute_batch, sort_key
 from attribution.spark.files import read_events
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
-from support import (
+from support import ROOT
+from support.commands import SPARK_CODEGEN_DEFAULTS, assert_no_traceback, spark_submit_jar_options
+from support.datasets import (
     CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
-    PARQUET_OUTPUT,
-    ROOT,
-    SPARK_CODEGEN_DEFAULTS,
-    assert_no_traceback,
     conflicting_copies,
     conflicting_copies_row,
     multi_touch_events,
-    spark_submit_jar_options,
     stage_conflicting_copies,
     stage_in_arrival_order,
 )
+from support.outputs import PARQUET_OUTPUT
 
 
 def run_job(spark, tmp_path: Path, events: Path, *options: str):

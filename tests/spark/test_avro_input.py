@@ -12,7 +12,8 @@ from attribution.spark.avro_source import list_files, read_file
 from attribution.spark.output import read_attribution_rows
 from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
-from support import FILE_TIME, PARQUET_OUTPUT, stage_in_arrival_order
+from support.datasets import FILE_TIME, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 MODES = {"applyInPandasWithState": ["--backend", "applyInPandasWithState"],
          "transformWithState": ["--backend", "transformWithState"],

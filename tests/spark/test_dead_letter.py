@@ -20,7 +20,9 @@ from attribution.oracle import attribute_batch
 from attribution.spark.files import read_events
 from attribution.spark.validation import classify, read_raw_batch
 from jobs.attribution_job import parse_args, run
-from support import CH7_ROWS, FILE_TIME, PARQUET_OUTPUT, ROOT, stage_in_arrival_order
+from support import ROOT
+from support.datasets import CH7_ROWS, FILE_TIME, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 USER = "UserX"
 GOOD_VISIT = {"event_id": "bad-visit", "user_id": USER, "event_type": "visit",

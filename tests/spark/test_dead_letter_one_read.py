@@ -21,7 +21,8 @@ from attribution.spark.sources import file_source
 from jobs.attribution_job import main, parse_args, run
 from shared_runs import files_read_since, last_execution_id
 from shared_runs import whole_locations as plans_with_whole_locations
-from support import PARQUET_OUTPUT, stage_in_arrival_order
+from support.datasets import stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 
 @pytest.fixture

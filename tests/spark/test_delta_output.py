@@ -34,13 +34,8 @@ from attribution.spark.output import read_attributions_spark
 from attribution.spark.sources.offset_log import committed_batches
 from jobs.attribution_job import main, parse_args, run
 from shared_runs import files_read_since, last_execution_id, whole_locations
-from support import (
-    CH7_ROWS,
-    dropped_by_spark,
-    folded_rows,
-    generate_late_dataset,
-    stage_in_arrival_order,
-)
+from support.datasets import CH7_ROWS, generate_late_dataset, stage_in_arrival_order
+from support.reference import dropped_by_spark, folded_rows
 
 STREAM_BACKENDS = ("applyInPandasWithState", "transformWithState")
 DELAY, LATENESS = "10 minutes", "2 hours"
@@ -72,7 +67,7 @@ def history(path: Path) -> list[dict]:
 
 def standing(changelog: list[Attribution]) -> list[Attribution]:
     """The rows a changelog folds to as they stand in it, revision and timing included (what
-    the current table holds; ``support.folded_rows`` resets those columns)."""
+    the current table holds; ``support.reference.folded_rows`` resets those columns)."""
     import pandas as pd
 
     from attribution.spark.changelog import fold_changelog
@@ -244,7 +239,7 @@ def test_a_micro_batch_written_again_commits_nothing(spark, tmp_path):
     from attribution.spark.layout import GOAL_DATE, by_date
     from attribution.spark.sinks import DeltaSink
     from attribution.spark.types import spark_struct
-    from support import attribution_record
+    from support.outputs import attribution_record
 
     records = [{**attribution_record("g1", 1_700_000_000_000, 7), "sign": 1, "revision": 0,
                 "emit_timing": "ON_TIME"}]

@@ -24,7 +24,7 @@ from attribution.spark.output import (
     read_frontier,
 )
 from attribution.spark.types import spark_struct
-from support import attribution_record
+from support.outputs import attribution_record
 
 HOUR, DAY = 3_600_000, 86_400_000
 LATENESS = 2 * HOUR

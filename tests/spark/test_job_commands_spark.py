@@ -12,7 +12,9 @@ import os
 
 from attribution.spark.files import read_events, write_events
 from jobs import join_job
-from support import PARQUET_OUTPUT, error_line, stage_in_arrival_order
+from support.commands import error_line
+from support.datasets import stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 
 def test_a_file_spark_cannot_decode_is_explained_and_a_rerun_resumes(spark, tmp_path, ch7_dir,

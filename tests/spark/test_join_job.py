@@ -28,14 +28,10 @@ from attribution.config import MS_PER_DAY, MS_PER_MINUTE, parse_duration_ms
 from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.spark.files import read_events, write_events
 from joins.testing import FAST_STATE_CONF, session_conf
-from support import (
-    FILE_TIME,
-    PARQUET_OUTPUT,
-    ROOT,
-    SPARK_CODEGEN_DEFAULTS,
-    spark_submit_jar_options,
-    stage_in_arrival_order,
-)
+from support import ROOT
+from support.commands import SPARK_CODEGEN_DEFAULTS, spark_submit_jar_options
+from support.datasets import FILE_TIME, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 JOB = ROOT / "jobs" / "join_job.py"
 BASE_MS = ts_to_ms("2024-03-01T08:00:00Z")

@@ -27,7 +27,9 @@ from commandline.exits import ExitCode
 from generators.params import KafkaTarget
 from generators.topic import TopicWriter
 from generators.writers import file_record_values
-from support import PARQUET_OUTPUT, error_line, generate_late_dataset, stage_in_arrival_order
+from support.commands import error_line
+from support.datasets import generate_late_dataset, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 DELAY = "10 minutes"
 BACKENDS = {"applyInPandasWithState": [], "transformWithState": ["--backend",

@@ -17,7 +17,8 @@ from attribution.spark.checkpoint import LAYOUT_FILE
 from attribution.spark.late_records import audit, read_late_records
 from commandline.exits import ExitCode
 from shared_runs import ch7_made_late, late_table, named
-from support import ROOT, command_environment, error_line
+from support import ROOT
+from support.commands import command_environment, error_line
 
 LATE_IDS = ["i-456", "i-789", "v-signup", "v-thing"]
 

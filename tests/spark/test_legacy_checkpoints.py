@@ -20,7 +20,8 @@ from attribution.spark.checkpoint import LAYOUT_FILE, CheckpointMismatch, pin_st
 from attribution.spark.files import read_events
 from attribution.spark.output import committed_files, read_attribution_rows
 from jobs.attribution_job import parse_args, run
-from support import ROOT, stage_in_arrival_order
+from support import ROOT
+from support.datasets import stage_in_arrival_order
 
 FIXTURES = ROOT / "tests" / "data" / "legacy_checkpoints"
 WRITTEN_UNDER = "/tmp/attribution-legacy-checkpoint"  # the paths inside the archives

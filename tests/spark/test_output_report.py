@@ -27,7 +27,7 @@ from generators.params import GeneratorParams
 from generators.truth import read_truth
 from jobs import example, report
 from jobs.attribution_job import parse_args, run
-from support import PARQUET_OUTPUT, committed_attributions
+from support.outputs import PARQUET_OUTPUT, committed_attributions
 
 COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
 # Spec sections 7 and 8: the columns' values when their features are off.

@@ -24,7 +24,8 @@ from attribution.spark.files import write_events
 from generators.shapes import chain_events, hot_key_events
 from generators.shapes import hot_key_expected_rows as expected_rows
 from jobs.attribution_job import parse_args, run
-from support import PARQUET_OUTPUT, stage_in_arrival_order
+from support.datasets import stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 HOPS = 10_000
 T0 = 1_709_251_200_000  # 2024-03-01T00:00:00Z

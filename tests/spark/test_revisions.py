@@ -27,7 +27,9 @@ from shared_runs import (
     order_of,
     stage_conflicting_copies_in_both_orders,
 )
-from support import PARQUET_OUTPUT, ROOT, command_environment, error_line
+from support import ROOT
+from support.commands import command_environment, error_line
+from support.outputs import PARQUET_OUTPUT
 
 LAYOUTS = {"buckets": [], "per-user": ["--state-buckets", "0"],
            "transformWithState": ["--backend", "transformWithState"]}
@@ -94,7 +96,7 @@ def test_conflicting_copies_revise_early_rows_to_the_smallest_copy(spark, tmp_pa
     folded changelog is the oracle's rows either way round. One stream holds both orders, each
     for its own users (``shared_runs.stage_conflicting_copies_in_both_orders``)."""
     from attribution.oracle import attribute_batch
-    from support import CONFLICTING_COPIES_ROWS, conflicting_copies, conflicting_copies_row
+    from support.datasets import CONFLICTING_COPIES_ROWS, conflicting_copies, conflicting_copies_row
 
     smaller, _, common = conflicting_copies()
     with subtests.test(msg="the oracle over the smaller copies gives the expected rows"):

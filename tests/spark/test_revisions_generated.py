@@ -8,9 +8,9 @@ that accepts some late records and drops others. For each streaming layout that 
 * per goal and model the revisions run 0, 1, 2, ..., every retraction cancels a row emitted
   before, every revision is LATE, and there are revisions to check.
 
-Spark's rule for a file stream read one file per micro-batch is ``support.dropped_by_spark``;
-the job gives Spark a delay of ``--watermark-delay`` plus the allowed lateness
-(docs/attribution-job.md).
+Spark's rule for a file stream read one file per micro-batch is
+``support.reference.dropped_by_spark``; the job gives Spark a delay of ``--watermark-delay`` plus
+the allowed lateness (docs/attribution-job.md).
 """
 from __future__ import annotations
 
@@ -25,15 +25,9 @@ from attribution.spark.files import data_files, read_events
 from attribution.spark.late_records import read_late_records
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
-from support import (
-    PARQUET_OUTPUT,
-    assert_same_rows,
-    dropped_by_spark,
-    folded_rows,
-    generate_late_dataset,
-    revisions_by_goal,
-    stage_in_arrival_order,
-)
+from support.datasets import generate_late_dataset, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
+from support.reference import assert_same_rows, dropped_by_spark, folded_rows, revisions_by_goal
 
 DELAY, LATENESS = "10 minutes", "2 hours"
 MODELS = ("last_touch", "linear")

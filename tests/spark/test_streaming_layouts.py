@@ -48,14 +48,14 @@ from spark_scenarios import (
     users_in_checkpoint,
     watermark_text,
 )
-from support import (
+from support.datasets import (
     CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
     FILE_TIME,
-    PARQUET_OUTPUT,
     conflicting_copies,
     stage_in_arrival_order,
 )
+from support.outputs import PARQUET_OUTPUT
 
 COPY_GROUPS = ("copies-smaller-first", "copies-smaller-last")
 
@@ -91,7 +91,7 @@ def _goals(rows, model=None) -> set:
 
 
 def _copies_row(row, base_ms: int) -> tuple:
-    """A row in the form of ``support.CONFLICTING_COPIES_ROWS``, its minute counted from
+    """A row in the form of ``support.datasets.CONFLICTING_COPIES_ROWS``, its minute counted from
     ``base_ms``."""
     return (row.user_id.split(":", 1)[1], row.goal_event_id, (row.goal_ts - base_ms) // MINUTE,
             row.impression_id, row.impression_campaign, tuple(row.trail), row.goal_value)

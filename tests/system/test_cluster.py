@@ -33,13 +33,9 @@ import pytest
 
 from attribution.oracle import sort_key
 from generators.truth import read_truth
-from support import (
-    PARQUET_OUTPUT,
-    ROOT,
-    SPARK_CODEGEN_DEFAULTS,
-    committed_attributions,
-    suite_jvm_options_without_spark_settings,
-)
+from support import ROOT
+from support.commands import SPARK_CODEGEN_DEFAULTS, suite_jvm_options_without_spark_settings
+from support.outputs import PARQUET_OUTPUT, committed_attributions
 
 WAIT_SECONDS = 180
 # A SQL metric that every stateful operator (a StateStoreWriter) updates in each of its tasks.

@@ -13,7 +13,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jvm.kafka_local import BrokerDir, _is_broker
-from support import ROOT, assert_no_traceback
+from support import ROOT
+from support.commands import assert_no_traceback
 
 COMMAND = [sys.executable, "-m", "jvm.kafka_local"]
 

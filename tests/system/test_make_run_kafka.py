@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from jvm.kafka_local import BrokerDir
-from support import ROOT, assert_no_traceback, command_environment
+from support import ROOT
+from support.commands import assert_no_traceback, command_environment
 
 
 def _processes_of(config: Path) -> list[int]:

@@ -25,15 +25,14 @@ from attribution.spark.checkpoint import LAYOUT_FILE, pin_state_layout
 from commandline.exits import ExitCode
 from generators import cli as generators_cli
 from jobs import attribution_job, command, join_job
-from support import (
-    CH7_DIR,
-    ROOT,
+from support import ROOT
+from support.commands import (
     assert_no_traceback,
     command_environment,
     error_line,
     obey_file_permissions,
-    stage_in_arrival_order,
 )
+from support.datasets import CH7_DIR, stage_in_arrival_order
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 JOIN_JOB = ROOT / "jobs" / "join_job.py"

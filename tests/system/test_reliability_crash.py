@@ -69,16 +69,11 @@ from attribution.spark.output import (
 from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
 from joins.durations import ms_to_iso
-from support import (
-    FILE_TIME,
-    ROOT,
-    committed_attributions,
-    dropped_by_spark,
-    folded_rows,
-    revisions_by_goal,
-    stage_in_arrival_order,
-    suite_jvm_options_without_spark_settings,
-)
+from support import ROOT
+from support.commands import suite_jvm_options_without_spark_settings
+from support.datasets import FILE_TIME, stage_in_arrival_order
+from support.outputs import committed_attributions
+from support.reference import dropped_by_spark, folded_rows, revisions_by_goal
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 # The checkpoint is polled every FAST_POLL_SECONDS once a kill window is near: the micro-batch

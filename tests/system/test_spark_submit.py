@@ -21,15 +21,14 @@ from pathlib import Path
 import pytest
 
 from commandline.exits import ExitCode
-from support import (
-    CH7_DIR,
-    ROOT,
+from support import ROOT
+from support.commands import (
     SPARK_CODEGEN_DEFAULTS,
     assert_no_traceback,
     signal_after_batch_1,
     spark_submit_jar_options,
-    stage_in_arrival_order,
 )
+from support.datasets import CH7_DIR, stage_in_arrival_order
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine

@@ -26,15 +26,11 @@ from pathlib import Path
 import pytest
 
 from commandline.exits import ExitCode
-from support import (
-    CH7_DIR,
-    PARQUET_OUTPUT,
-    ROOT,
-    assert_no_traceback,
-    command_environment,
-    stage_in_arrival_order,
-)
-from support import signal_after_batch_1 as run_and_signal
+from support import ROOT
+from support.commands import assert_no_traceback, command_environment
+from support.commands import signal_after_batch_1 as run_and_signal
+from support.datasets import CH7_DIR, stage_in_arrival_order
+from support.outputs import PARQUET_OUTPUT
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine

@@ -22,7 +22,8 @@ from attribution.spark.backfill import (
 from attribution.spark.output import BACKFILL_MARKER
 from commandline.exits import ExitCode
 from jobs import attribution_job
-from support import attribution_record, error_line, write_batch_output, write_sink_output
+from support.commands import error_line
+from support.outputs import attribution_record, write_batch_output, write_sink_output
 
 LOOKBACK_MS = parse_duration_ms(DEFAULT_LOOKBACK)
 DEDUP_MS = parse_duration_ms(DEFAULT_DEDUP_WINDOW)

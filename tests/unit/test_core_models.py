@@ -15,7 +15,7 @@ from attribution import AttributionConfig, Event, attribute_batch
 from attribution.config import MODELS, parse_models
 from attribution.core import STATE_VERSION, WATERMARK_INFINITY, UserAttribution
 from attribution.models import MODEL_TABLE, model_bit
-from support import SEARCH, USER, click, goal, visit
+from support.datasets import SEARCH, USER, click, goal, visit
 
 ALL = AttributionConfig(models=MODELS)
 

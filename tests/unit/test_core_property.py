@@ -12,7 +12,7 @@ event late. Most configurations compute every model at once. The streaming rows 
   and with the state round-tripped through ``to_bytes``/``from_bytes`` between steps; the
   oracle's rows are the same for the records in reverse order;
 * an independent brute-force reading of spec rules 1-7 and sections 6-7
-  (``support.reference_attribution``), on an explicit networkx graph, sharing no code with
+  (``support.reference.reference_attribution``), on an explicit networkx graph, sharing no code with
   ``attribution.paths`` or ``attribution.models``;
 * for each model, the rows of a run of that model alone (each model consumes for itself).
 
@@ -33,17 +33,8 @@ from attribution import AttributionConfig, Event, attribute_batch
 from attribution.config import MODELS
 from attribution.core import WATERMARK_INFINITY, Attribution, UserAttribution
 from attribution.oracle import sort_key
-from support import (
-    COVERAGE,
-    PAGES,
-    SEARCH_PAGES,
-    assert_same_rows,
-    conflicting_copy,
-    larger_event_set,
-    noise_event,
-    reference_attribution,
-    reference_records,
-)
+from support.datasets import PAGES, SEARCH_PAGES, conflicting_copy, larger_event_set, noise_event
+from support.reference import COVERAGE, assert_same_rows, reference_attribution, reference_records
 
 USERS = ("u1", "u2", "u3")
 

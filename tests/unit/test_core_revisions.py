@@ -34,7 +34,7 @@ from attribution.config import MODELS
 from attribution.core import WATERMARK_INFINITY, UserAttribution
 from attribution.events import ts_to_ms
 from attribution.spark.files import data_files, read_events
-from support import conflicting_copy
+from support.datasets import conflicting_copy
 
 MINUTE = 60_000
 MINUS_INFINITY = -(2 ** 62)

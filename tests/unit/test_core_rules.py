@@ -16,7 +16,7 @@ from attribution.config import MS_PER_DAY, parse_duration_ms
 from attribution.core import STATE_VERSION, WATERMARK_INFINITY, UserAttribution
 from attribution.events import ts_to_ms
 from attribution.schema import OUTPUT_FIELDS
-from support import SEARCH, USER, click, goal, visit
+from support.datasets import SEARCH, USER, click, goal, visit
 
 OTHER_SEARCH = "http://other.example/?q=shoes"
 

@@ -17,7 +17,8 @@ from attribution.events import Event
 from attribution.oracle import attribute_batch
 from generators.shapes import SHAPES, hot_key_events
 from generators.shapes import hot_key_expected_rows as expected_rows
-from support import larger_event_set, reference_attribution
+from support.datasets import larger_event_set
+from support.reference import reference_attribution
 
 
 def _visit(eid, ts, url, referer, goal=False):

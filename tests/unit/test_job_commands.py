@@ -16,7 +16,7 @@ import pytest
 
 from commandline.exits import ExitCode
 from jobs import attribution_job, command, join_job
-from support import error_line
+from support.commands import error_line
 
 JOBS = {"attribution": attribution_job, "join": join_job}
 

@@ -105,14 +105,8 @@ from attribution.spark.transform_with_state import (
     CompactAttributionProcessor,
 )
 from attribution.spark.types import spark_struct
-from support import (
-    PAGES,
-    SEARCH_PAGES,
-    assert_same_rows,
-    conflicting_copy,
-    folded_rows,
-    noise_event,
-)
+from support.datasets import PAGES, SEARCH_PAGES, conflicting_copy, noise_event
+from support.reference import assert_same_rows, folded_rows
 
 # -- generated streams ----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The committed-output reader without Spark: the sink log decides which files are output.
 
-Outputs are written with pyarrow in the layout of Spark's file sink (``support.write_sink_output``)
-or batch writer (``support.write_batch_output``); tests/spark checks the same on a real sink.
+Outputs are written with pyarrow in the layout of Spark's file sink
+(``support.outputs.write_sink_output``) or batch writer (``support.outputs.write_batch_output``);
+tests/spark checks the same on a real sink.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from attribution.spark.output import (
     read_committed_output,
     read_frontier,
 )
-from support import (
+from support.outputs import (
     attribution_record,
     output_table,
     write_batch_output,

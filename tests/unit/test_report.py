@@ -12,13 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import report
-from support import (
-    ROOT,
-    attribution_record,
-    output_table,
-    write_batch_output,
-    write_sink_output,
-)
+from support import ROOT
+from support.outputs import attribution_record, output_table, write_batch_output, write_sink_output
 
 HOUR = 3_600_000
 DAY0_LATE, DAY1_EARLY = 23 * HOUR + 30 * 60_000, 24 * HOUR + 30 * 60_000  # either side of 0:00 UTC
