@@ -259,6 +259,9 @@ def test_bad_arguments_get_a_clear_error(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+# The second tier: make test runs the join job under spark-submit in
+# tests/system/test_spark_submit.py (SIGINT, its report and exit code).
+@pytest.mark.slow
 def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, clicks):
     events_dir = tmp_path / "events"
     write_input(clicks, events_dir, "json")
@@ -435,6 +438,9 @@ def same_seed(tmp_path_factory) -> dict:
     return out
 
 
+# The second tier: make test reads Avro input in the attribution job on both backends
+# (tests/spark/test_avro_input.py) and into Parquet under SIGKILL (crash run C).
+@pytest.mark.slow
 def test_avro_input_joins_to_the_rows_of_parquet_input_of_the_same_seed(spark, tmp_path,
                                                                          same_seed):
     """The join job reads the generator's Avro files through the project's Avro source: the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from pyspark.sql import functions as F
 
 from joins import (
@@ -45,6 +46,9 @@ def _thirds(values):
     return values[n // 3: 2 * n // 3], values[2 * n // 3:]
 
 
+# The second tier (a scale run: 51 micro-batches); make test proves each strategy's eviction
+# watermark and evicted rows step by step on small streams (tests/spark/test_joins_scenarios.py).
+@pytest.mark.slow
 def test_state_plateaus_for_every_strategy_and_grows_without_one(spark, tmp_path):
     driver = StepDriver(spark, tmp_path, max_files_per_trigger=1)
     steady_stream(driver)

@@ -135,6 +135,9 @@ def test_the_batch_from_a_topic_equals_the_batch_from_the_files(spark, tmp_path,
     assert len(from_files) > 50 and _rows(outputs["kafka"]) == from_files
 
 
+# The second tier: make test reads topics in the attribution job on both backends (above) and
+# under SIGKILL (crash run B).
+@pytest.mark.slow
 def test_the_join_job_from_a_topic_equals_the_join_job_from_the_files(spark, tmp_path, dataset,
                                                                       kafka_bootstrap):
     from jobs import join_job

@@ -97,6 +97,9 @@ def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(tmp_path
 JOIN_JOB = ROOT / "jobs" / "join_job.py"
 
 
+# The second tier: make test stops the join job with SIGINT under spark-submit
+# (tests/system/test_spark_submit.py).
+@pytest.mark.slow
 def test_a_signal_stops_the_join_job_after_the_current_batch_and_a_rerun_completes_it(
         spark, tmp_path):
     """The join job handles SIGTERM as the attribution job does: the micro-batch in flight
