@@ -31,7 +31,11 @@ Each kill point is found from the checkpoint itself, not from timing:
 * mid-batch: ``offsets/N`` (the batch's plan) exists and ``commits/N`` does not yet;
 * between batches: ``commits/N`` exists and no ``offsets/N+1`` yet (the next file is not given);
 * right after a state commit: a partition's state version ``N+1`` (``state/0/<p>/N+1.zip``) is
-  written and ``commits/N`` is not.
+  written and ``commits/N`` is not;
+* into Delta (run A), right after the sink's own commit: the changelog's log holds a commit of
+  micro-batch ``N`` (its ``userMetadata``) and ``commits/N`` does not, so the restart writes the
+  micro-batch again and the changelog must skip it (Delta's ``txnAppId``/``txnVersion``, the
+  query's id and the micro-batch's, stable across restarts) while the current table takes it.
 
 After each kill the checkpoint is checked again (the process is dead, so it is frozen) to prove
 the kill really happened at that point; a kill that came too late for a window is retried on the
@@ -270,15 +274,19 @@ class CrashedRun:
     def __init__(self, tmp_path: Path, files: list[Path], options: list[str],
                  env: Optional[dict] = None, trickle=None,
                  output_format: Optional[str] = "parquet",
-                 after_kill: Optional[Callable[[], None]] = None):
+                 after_kill: Optional[Callable[[], None]] = None,
+                 sink_committed: Optional[Callable[[int], bool]] = None):
         """The job is given its checkpoint and outputs as ``file://`` URIs, which it reads and
         writes through Hadoop's file system (the code path of ``hdfs://``); the test reads them
         as the local directories they are.
 
         :param output_format: ``--output-format`` (``None``: none, as with ``--output-topic``).
         :param after_kill: called after each kill that landed, before the restart (a look at
-            what readers see in a killed job's output)."""
-        self.after_kill = after_kill
+            what readers see in a killed job's output).
+        :param sink_committed: whether the sink committed a micro-batch of its own (its id ->
+            bool), for a sink whose commit is not Spark's (Delta): given, one more kill lands
+            after that commit and before Spark's."""
+        self.after_kill, self.sink_committed = after_kill, sink_committed
         self.trickle = trickle or Trickle(files, tmp_path / "events")
         self.output_format = output_format
         # Parquet part files that no log lists prove a kill after the rows were written; a
@@ -360,6 +368,16 @@ class CrashedRun:
                          and not committed(checkpoint, planned(n)),
                          near=lambda n: planned(n) is not None)
 
+            sink_committed = self.sink_committed
+            if sink_committed is not None:
+                self.job = self.start()
+                self.kill_at("after the sink's commit",
+                             ready=lambda n: (b := planned(n)) is not None
+                             and (sink_committed(b) or committed(checkpoint, b)),
+                             verify=lambda n: sink_committed(planned(n))
+                             and not committed(checkpoint, planned(n)),
+                             near=lambda n: planned(n) is not None)
+
             # The rest of the files, then a run that processes everything pending and stops.
             while self.trickle.remaining:
                 self.trickle.give_next()
@@ -368,7 +386,8 @@ class CrashedRun:
             assert code == 0, self.job.output()[-4000:]
         finally:
             self.job.kill()
-        assert self.kills == ["mid-batch", "between batches", "after state commit"]
+        assert self.kills == ["mid-batch", "between batches", "after state commit",
+                              *(["after the sink's commit"] if self.sink_committed else [])]
         return self.job.output()
 
 
@@ -613,6 +632,25 @@ class DeltaTablesAtKills:
     def __init__(self, changelog: Path, current: Path):
         self.paths = {"out": changelog, "current": current}
         self.seen: list[tuple[str, Optional[int], list]] = []  # (table, last micro-batch, rows)
+        self._batch_of_commit: dict[str, Optional[int]] = {}  # log file -> micro-batch
+
+    def changelog_committed(self, batch: int) -> bool:
+        """Whether the changelog's log holds a commit of micro-batch ``batch`` (read from its
+        commit files' ``userMetadata``; Delta publishes a commit file whole, by a rename, and never
+        changes it, so each is read once)."""
+        log = self.paths["out"] / "_delta_log"
+        if not log.is_dir():
+            return False
+        for commit in log.glob("[0-9]*.json"):
+            if commit.name not in self._batch_of_commit:
+                self._batch_of_commit[commit.name] = next(
+                    (json.loads(info["userMetadata"])["batch_id"]
+                     for info in (json.loads(line).get("commitInfo")
+                                  for line in commit.read_text().splitlines() if line)
+                     if info and info.get("userMetadata")), None)
+            if self._batch_of_commit[commit.name] == batch:
+                return True
+        return False
 
     @staticmethod
     def rows(table) -> list:
@@ -681,12 +719,14 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     within: the changelog, every goal's revisions and signs, equals that of an uninterrupted
     run of the same files, its net table is the oracle over the accepted records, and the
     late-record output holds the dropped records once. Into Delta, the current table equals the
-    uninterrupted run's too, each table's history holds every micro-batch's commit once, and
-    after every kill each table held whole micro-batches only. On Avro files into Parquet, the
-    Avro source's offsets made micro-batch k read file k alone across every restart, killed
-    micro-batches left part files that no log file lists, Spark's read and the pandas reader
-    ``read_attributions`` both give the committed changelog without them, the late-record audit
-    ran on every committed micro-batch, and the dead letter is empty."""
+    uninterrupted run's too, each table's history holds every micro-batch's commit once (also
+    after a kill between the changelog's commit of a micro-batch and Spark's, whose restart writes
+    that micro-batch again), and after every kill each table held whole micro-batches only. On
+    Avro files into Parquet, the Avro source's offsets made micro-batch k read file k alone
+    across every restart, killed micro-batches left part files that no log file lists, Spark's
+    read and the pandas reader ``read_attributions`` both give the committed changelog without
+    them, the late-record audit ran on every committed micro-batch, and the dead letter is
+    empty."""
     job_options, input_format, output_format = LATENESS_RUNS[name]
     files, records = request.getfixturevalue(
         "late_avro_dataset" if input_format == "avro" else "late_dataset")
@@ -702,6 +742,7 @@ def test_with_allowed_lateness_sigkills_change_no_revision_of_the_changelog(
     crashed_options = [*options, *current_table((crashed_dir / "current").as_uri())]
     crashed = CrashedRun(crashed_dir, files, crashed_options, output_format=output_format,
                          after_kill=tables.look if tables else None,
+                         sink_committed=tables.changelog_committed if tables else None,
                          env={"PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"})
     final = crashed.run()
     last_batch = latest_offset(crashed.checkpoint)
