@@ -52,46 +52,31 @@ docs-examples: check-java $(STAMP) $(JARS)
 # workers, which must connect back to their JVM within 10 s. The longest tests start first
 # (tests/conftest.py, by tests/durations.json) and an idle worker takes queued tests from a busy
 # one (worksteal). PYTEST_ARGS adds pytest options (e.g. -k NAME, or -x).
-# The test JVMs' settings, each with what it was measured to be worth (a settings A/B in this
-# suite's layout is still to do):
-# - TEST_JIT_OPTS: every driver JVM the suite starts (its sessions, the jobs it runs as
-#   subprocesses) and the Kafka brokers (KAFKA_OPTS, which jvm/kafka_local.py passes to the
-#   broker's JVM) compile with the JIT's first tier only: on test-sized data the JVMs spend more
-#   CPU compiling than running. A cold run of the chapter 7 stream took 24 to 28 s against 28 to
-#   30 s (three runs each, commit c36a504); a broker's start and stop 7.0 and 6.0 CPU s against
-#   10.2 and 10.9 (commit ba9972d).
-# - CLASS_ARCHIVE: every driver JVM maps the classes of Spark's jars as a driver loaded them,
-#   parsed and verified once per clone by tests/class_archive.py (about 45 s): a driver's start
-#   and first two queries took 6.9 to 7.2 CPU s against 10.5 to 11.6 (three runs each, commit
-#   23ff199). A JVM ignores an archive that does not match it (-Xlog:cds=off keeps that quiet)
-#   and loads from the jars.
-# - TEST_SPARK_PROPS: every driver JVM evaluates Spark's expressions interpreted (Spark settings
-#   as JVM properties, which any --conf overrides): generating and compiling Java for each
-#   query's operators costs more than it saves on test data. tests/spark/test_attribution_job.py
-#   used 422 CPU s against 475 (commit 2b90197). The runs that stand for a user (the crash runs,
-#   the cluster, spark-submit) keep Spark's code generation (SPARK_CODEGEN_DEFAULTS of
-#   tests/support/commands.py, or their own JVM's defaults).
-# The cluster test's master, workers and executors take the drivers' JVM options, less the Spark
-# settings (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
+# The test JVMs' settings, kept where an A/B shows they are worth at least 5 % of the suite's CPU
+# (commit 0253b8c; each arm three times in turn, the CPU of its whole process tree from a
+# cgroup, on two streaming-layouts runs and tests/system/test_operator_errors.py: medians below):
+# - TEST_JIT_OPTS: every JVM the suite starts (its sessions, the jobs it runs as subprocesses,
+#   the cluster's daemons and executors) and the Kafka brokers (KAFKA_OPTS, which
+#   jvm/kafka_local.py passes to the broker's JVM) compile with the JIT's first tier only: on
+#   test-sized data the JVMs spend more CPU compiling than running. 68.3 CPU s (51.6 s wall)
+#   with it against 98.6 (60.0 s) without: 31 % of the CPU.
+# Left out, as not worth 5 %:
+# - Spark's interpreted expressions (spark.sql.codegen.wholeStage=false, factoryMode=NO_CODEGEN)
+#   saved 2 %: 68.3 CPU s against 69.8 with Spark's code generation. So every test runs Spark's
+#   defaults, as users do.
+# - A class archive of Spark's classes (-XX:SharedArchiveFile) saved 4.1 CPU s and 3.4 s wall per
+#   JVM start (a session's start and first query: medians of four each, 6.0 against 10.2 CPU s),
+#   but building it cost about 45 s of every fresh clone's make test, against about 35 JVM starts
+#   in make test; on the A/B above the pairs' ratios were 1.14, 0.98 and 0.83.
+# The cluster test's master, workers and executors take the drivers' JVM options
+# (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
 # Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding
 # where the suite's time goes.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-CLASS_ARCHIVE := $(abspath build/jvm/driver-classes.jsa)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
-TEST_SPARK_PROPS := -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN
-CDS_LOG_OFF := -Xlog:cds=off -Xlog:cds+dynamic=off
-TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) $(TEST_SPARK_PROPS) -XX:SharedArchiveFile=$(CLASS_ARCHIVE) \
-	$(CDS_LOG_OFF)
+TEST_JVM_OPTS ?= $(TEST_JIT_OPTS)
 TEST_RESULTS ?= build/test-results.xml
 TEST_RESULTS_SLOW ?= build/test-results-slow.xml
-
-$(CLASS_ARCHIVE): $(STAMP) $(JARS) tests/class_archive.py
-	@mkdir -p $(dir $@)
-	@echo "building the test JVMs' class archive (tests/class_archive.py) ..."
-	@SPARK_SUBMIT_OPTS="$(TEST_JIT_OPTS) $(TEST_SPARK_PROPS) $(CDS_LOG_OFF)" \
-		PYSPARK_PYTHON=$(abspath $(PY)) \
-		$(PY) tests/class_archive.py $@ > build/jvm/class-archive.log 2>&1 \
-		|| { tail -20 build/jvm/class-archive.log; exit 1; }
 
 # pytest on the suite's workers with the test JVMs' options; $(1): the marker expression of the
 # tier, $(2): its JUnit file. `tests/timings.py` reads the JUnit files: `per-file` prints the
@@ -106,12 +91,12 @@ define run_tier
 endef
 
 # Every proof of docs/guarantees.md: the tests not marked `slow`.
-test: check-java lint $(JARS) $(CLASS_ARCHIVE)
+test: check-java lint $(JARS)
 	$(call run_tier,not slow,$(TEST_RESULTS))
 
 # The second tier, which CI runs after `make test`: the configurations and benchmark modes that
 # `make test` leaves out (the tests marked `slow`).
-test-slow: check-java $(STAMP) $(JARS) $(CLASS_ARCHIVE)
+test-slow: check-java $(STAMP) $(JARS)
 	$(call run_tier,slow,$(TEST_RESULTS_SLOW))
 
 durations: $(STAMP)
