@@ -60,21 +60,32 @@ docs-examples: check-java $(STAMP) $(JARS)
 #   jvm/kafka_local.py passes to the broker's JVM) compile with the JIT's first tier only: on
 #   test-sized data the JVMs spend more CPU compiling than running. 68.3 CPU s (51.6 s wall)
 #   with it against 98.6 (60.0 s) without: 31 % of the CPU.
+# - TEST_SPARK_PROPS: every driver JVM of the suite's sessions and in-process jobs evaluates
+#   Spark's expressions interpreted (Spark settings as JVM properties, which any --conf
+#   overrides): generating and compiling Java for each query's operators costs more than it saves
+#   on test data, most in the tests of many short queries. On the A/B above (few, long queries)
+#   it saved 2 % (69.8 CPU s with code generation). Over make test it is worth more: a fresh
+#   clone's make test of 75b122a (code generation everywhere, no archive) against the make test
+#   of 43ea5a9 (with both), less the tests moved to the slow tier in between: tests/unit (no JVM,
+#   unchanged) summed 118 s against 92, so the machine was about 1.28 times slower; tests/system,
+#   whose JVM starts lost the archive, 1.21 times; tests/spark 1838 s against 1240, 1.48 times:
+#   code generation cost about 16 % of the Spark tier beyond the machine, about 9 % of make
+#   test. The runs that stand for a user (the crash runs, the
+#   cluster, spark-submit) keep Spark's code generation (SPARK_CODEGEN_DEFAULTS of
+#   tests/support/commands.py, or their own JVM's defaults).
 # Left out, as not worth 5 %:
-# - Spark's interpreted expressions (spark.sql.codegen.wholeStage=false, factoryMode=NO_CODEGEN)
-#   saved 2 %: 68.3 CPU s against 69.8 with Spark's code generation. So every test runs Spark's
-#   defaults, as users do.
 # - A class archive of Spark's classes (-XX:SharedArchiveFile) saved 4.1 CPU s and 3.4 s wall per
 #   JVM start (a session's start and first query: medians of four each, 6.0 against 10.2 CPU s),
 #   but building it cost about 45 s of every fresh clone's make test, against about 35 JVM starts
 #   in make test; on the A/B above the pairs' ratios were 1.14, 0.98 and 0.83.
-# The cluster test's master, workers and executors take the drivers' JVM options
-# (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
+# The cluster test's master, workers and executors take the drivers' JVM options, less the Spark
+# settings (tests/system/test_cluster.py): 140 CPU s against 289 and 276 (commit 3d9546d).
 # Every test's outcome and duration also go to TEST_RESULTS (JUnit XML), for CI and for finding
 # where the suite's time goes.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_JIT_OPTS := -XX:TieredStopAtLevel=1
-TEST_JVM_OPTS ?= $(TEST_JIT_OPTS)
+TEST_SPARK_PROPS := -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN
+TEST_JVM_OPTS ?= $(TEST_JIT_OPTS) $(TEST_SPARK_PROPS)
 TEST_RESULTS ?= build/test-results.xml
 TEST_RESULTS_SLOW ?= build/test-results-slow.xml
 

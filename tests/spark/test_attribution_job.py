@@ -22,7 +22,7 @@ from attribution.spark.files import read_events
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import ROOT
-from support.commands import assert_no_traceback, spark_submit_jar_options
+from support.commands import SPARK_CODEGEN_DEFAULTS, assert_no_traceback, spark_submit_jar_options
 from support.datasets import (
     CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
@@ -164,7 +164,7 @@ def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch
 
 def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     result = spark_submit(
-        *spark_submit_jar_options(), JOB,
+        *spark_submit_jar_options(), *SPARK_CODEGEN_DEFAULTS, JOB,
         "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
         "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json"),

@@ -29,7 +29,7 @@ from attribution.events import Event, ms_to_iso, ts_to_ms
 from attribution.spark.files import read_events, write_events
 from joins.testing import FAST_STATE_CONF, session_conf
 from support import ROOT
-from support.commands import spark_submit_jar_options
+from support.commands import SPARK_CODEGEN_DEFAULTS, spark_submit_jar_options
 from support.datasets import FILE_TIME, stage_in_arrival_order
 from support.outputs import PARQUET_OUTPUT
 
@@ -270,7 +270,7 @@ def test_spark_submit_run_writes_metrics_and_equal_output(spark, tmp_path, click
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run(
         [str(spark_submit), "--master", "local[2]", *spark_submit_jar_options(),
-         str(JOB),
+         *SPARK_CODEGEN_DEFAULTS, str(JOB),
          "--events", str(events_dir),
          "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt"),
          "--max-files-per-trigger", "2", "--shuffle-partitions", "1", "--strategy", "mixed",

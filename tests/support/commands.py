@@ -2,8 +2,8 @@
 
 * ``command_environment``, ``obey_file_permissions``: the environment and permissions of a
   user's shell;
-* ``suite_jvm_options``, ``spark_submit_jar_options``: the JVM options of the suite and the
-  jars of runs that stand for a user;
+* ``suite_jvm_options_without_spark_settings``, ``SPARK_CODEGEN_DEFAULTS``,
+  ``spark_submit_jar_options``: the JVM options and jars of runs that stand for a user;
 * ``signal_after_batch_1``: a signal to a running job once its second micro-batch committed;
 * ``assert_no_traceback``, ``error_line``, ``TRACEBACK_MARKERS``: a failure's one line on
   stderr, and no traceback.
@@ -20,10 +20,20 @@ TRACEBACK_MARKERS = ("Traceback (most recent call last)", "\tat org.", "\tat jav
                      "Exception in thread", "py4j.protocol", "Py4JJavaError")
 
 
-def suite_jvm_options() -> str:
-    """The suite's JVM options (``SPARK_SUBMIT_OPTS``, which ``make test`` sets: the JIT's first
-    tier), for JVMs that do not read that variable (the cluster's daemons and executors)."""
-    return os.environ.get("SPARK_SUBMIT_OPTS", "").strip()
+# Spark's own defaults for its code generation. `make test` runs every driver JVM on Spark's
+# interpreted expressions instead (TEST_SPARK_PROPS in the Makefile); the spark-submit runs of
+# each job give these back, so that the suite also runs both jobs as users do.
+SPARK_CODEGEN_DEFAULTS = ["--conf", "spark.sql.codegen.wholeStage=true",
+                          "--conf", "spark.sql.codegen.factoryMode=FALLBACK"]
+
+
+def suite_jvm_options_without_spark_settings() -> str:
+    """The suite's JVM options (``SPARK_SUBMIT_OPTS``: the JIT's first tier and more) less the
+    Spark settings among them (``-Dspark.*``: the interpreted expressions), for a JVM
+    that runs with Spark's defaults, as users run it, or that may not take Spark settings (the
+    cluster's daemons and executors)."""
+    return " ".join(option for option in os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+                    if not option.startswith("-Dspark."))
 
 
 def spark_submit_jar_options() -> list:

@@ -34,7 +34,7 @@ import pytest
 from attribution.oracle import sort_key
 from generators.truth import read_truth
 from support import ROOT
-from support.commands import suite_jvm_options
+from support.commands import SPARK_CODEGEN_DEFAULTS, suite_jvm_options_without_spark_settings
 from support.outputs import PARQUET_OUTPUT, committed_attributions
 
 WAIT_SECONDS = 180
@@ -203,7 +203,7 @@ def _run_on_a_cluster(spark, tmp_path: Path, backend: str) -> list[dict]:
     # archive, which needs the drivers' class path, so Spark's own (absent) conf directory.
     # Spark settings among them (-Dspark.*) reach the executors from the driver, and Spark
     # refuses them in spark.executor.extraJavaOptions.
-    jvm_options = suite_jvm_options()
+    jvm_options = suite_jvm_options_without_spark_settings()
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": str(executor_python), "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
@@ -233,8 +233,11 @@ def _run_on_a_cluster(spark, tmp_path: Path, backend: str) -> list[dict]:
             worker.wait_for("Successfully registered with master")
 
         (tmp_path / "events").mkdir()
+        # Spark's code generation as users have it: the driver's SPARK_SUBMIT_OPTS may carry
+        # the suite's interpreted-expression properties, which these --conf override.
         submit = Daemon("spark-submit", [
             str(spark_home / "bin" / "spark-submit"), "--master", master_url,
+            *SPARK_CODEGEN_DEFAULTS,
             "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1",
             "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
             *(["--conf", f"spark.executor.extraJavaOptions={jvm_options}"]

@@ -74,6 +74,7 @@ from generators.truth import read_truth
 from jobs.attribution_job import parse_args, run
 from joins.durations import ms_to_iso
 from support import ROOT
+from support.commands import suite_jvm_options_without_spark_settings
 from support.datasets import FILE_TIME, stage_in_arrival_order
 from support.outputs import committed_attributions
 from support.reference import dropped_by_spark, folded_rows, revisions_by_goal
@@ -182,8 +183,12 @@ class JobProcess:
     def __init__(self, log: Path, args: list[str], env: Optional[dict] = None):
         self.log_path = log
         self.log = open(log, "w")
+        # A crash run stands for a user's run: Spark's defaults, its code generation included,
+        # not the interpreted expressions of the suite's other JVMs (their JIT tier stays: it
+        # changes the cost of a start, not what runs).
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-               "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+               "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_SUBMIT_OPTS": suite_jvm_options_without_spark_settings(), **(env or {})}
         self.proc = subprocess.Popen([sys.executable, str(JOB), *args], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, cwd=log.parent,
                                      start_new_session=True)

@@ -23,6 +23,7 @@ import pytest
 from commandline.exits import ExitCode
 from support import ROOT
 from support.commands import (
+    SPARK_CODEGEN_DEFAULTS,
     assert_no_traceback,
     signal_after_batch_1,
     spark_submit_jar_options,
@@ -50,7 +51,7 @@ def test_a_signal_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path
     signal_name = signal.Signals(signum).name
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
     command = [str(SPARK_SUBMIT), "--master", "local[2]", *spark_submit_jar_options(),
-               str(ROOT / "jobs" / script),
+               *SPARK_CODEGEN_DEFAULTS, str(ROOT / "jobs" / script),
                "--events", str(events), "--output", "out", "--checkpoint", "cp",
                "--max-files-per-trigger", "1", "--trigger", "3 seconds",
                "--log-file", "spark.log", "--progress-json", "progress.jsonl",
