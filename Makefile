@@ -64,15 +64,13 @@ docs-examples: check-java $(STAMP) $(JARS)
 #   Spark's expressions interpreted (Spark settings as JVM properties, which any --conf
 #   overrides): generating and compiling Java for each query's operators costs more than it saves
 #   on test data, most in the tests of many short queries. On the A/B above (few, long queries)
-#   it saved 2 % (69.8 CPU s with code generation). Over make test it is worth more: a fresh
-#   clone's make test of 75b122a (code generation everywhere, no archive) against the make test
-#   of 43ea5a9 (with both), less the tests moved to the slow tier in between: tests/unit (no JVM,
-#   unchanged) summed 118 s against 92, so the machine was about 1.28 times slower; tests/system,
-#   whose JVM starts lost the archive, 1.21 times; tests/spark 1838 s against 1240, 1.48 times:
-#   code generation cost about 16 % of the Spark tier beyond the machine, about 9 % of make
-#   test. The runs that stand for a user (the crash runs, the
-#   cluster, spark-submit) keep Spark's code generation (SPARK_CODEGEN_DEFAULTS of
-#   tests/support/commands.py, or their own JVM's defaults).
+#   it saved 2 % (69.8 CPU s with code generation). Over make test it is worth more: fresh
+#   clones' make test of 75b122a (code generation) and 6ed8bd4 (interpreted; otherwise the same
+#   tests and settings), one after the other: tests/spark summed 1838 s against 1228, while
+#   tests/unit (no JVM) took 118 s against 102, so beyond the machine's drift code generation
+#   cost about 29 % of the Spark tier, about 16 % of make test. The runs that stand for a user
+#   (the crash runs, the cluster, spark-submit) keep Spark's code generation
+#   (SPARK_CODEGEN_DEFAULTS of tests/support/commands.py, or their own JVM's defaults).
 # Left out, as not worth 5 %:
 # - A class archive of Spark's classes (-XX:SharedArchiveFile) saved 4.1 CPU s and 3.4 s wall per
 #   JVM start (a session's start and first query: medians of four each, 6.0 against 10.2 CPU s),
