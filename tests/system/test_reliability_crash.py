@@ -338,6 +338,18 @@ class CrashedRun:
             self.job = self.start()  # missed the window: restart on the same checkpoint, retry
         raise AssertionError(f"no kill landed {kind} in {MAX_ATTEMPTS} tries")
 
+    def kill_after_batch_step(self, kind: str, step_done: Callable[[int], bool]) -> None:
+        """``kill_at`` once a step of the micro-batch taking the next file is done (``step_done``
+        of its id: a state commit, the sink's own commit) and Spark's commit is not written yet.
+        """
+        checkpoint, planned = self.checkpoint, self.planned
+        self.kill_at(kind,
+                     ready=lambda n: (b := planned(n)) is not None
+                     and (step_done(b) or committed(checkpoint, b)),
+                     verify=lambda n: step_done(planned(n))
+                     and not committed(checkpoint, planned(n)),
+                     near=lambda n: planned(n) is not None)
+
     def run(self) -> str:
         """Every kind of kill, then the rest of the files; returns the final run's output."""
         checkpoint, planned, done = self.checkpoint, self.planned, self.done
@@ -361,22 +373,11 @@ class CrashedRun:
                 return bool(state_versions_written(checkpoint, b)) and (
                     not self.file_output or bool(uncommitted_parts(self.output)))
 
-            self.kill_at("after state commit",
-                         ready=lambda n: (b := planned(n)) is not None
-                         and (written(b) or committed(checkpoint, b)),
-                         verify=lambda n: written(planned(n))
-                         and not committed(checkpoint, planned(n)),
-                         near=lambda n: planned(n) is not None)
+            self.kill_after_batch_step("after state commit", written)
 
-            sink_committed = self.sink_committed
-            if sink_committed is not None:
+            if self.sink_committed is not None:
                 self.job = self.start()
-                self.kill_at("after the sink's commit",
-                             ready=lambda n: (b := planned(n)) is not None
-                             and (sink_committed(b) or committed(checkpoint, b)),
-                             verify=lambda n: sink_committed(planned(n))
-                             and not committed(checkpoint, planned(n)),
-                             near=lambda n: planned(n) is not None)
+                self.kill_after_batch_step("after the sink's commit", self.sink_committed)
 
             # The rest of the files, then a run that processes everything pending and stops.
             while self.trickle.remaining:
