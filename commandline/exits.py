@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     INPUT = 3           # the input cannot be read as asked
     OUTPUT = 4          # an output directory cannot be written
     CHECKPOINT = 5      # the checkpoint belongs to another run, or cannot be written
+    NO_VALID_INPUT = 6  # the run read records and every one was invalid (all dead-lettered)
     INTERRUPTED = 130   # stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it
     TERMINATED = 143    # stopped by SIGTERM: 128 + 15
 
@@ -34,6 +35,8 @@ _MEANINGS = {
                      "output",
     ExitCode.CHECKPOINT: "the checkpoint was started with other options or input, or is not "
                          "writable",
+    ExitCode.NO_VALID_INPUT: "the run read records, but not one was valid: all are in the "
+                             "dead letter, the error line gives the most frequent reasons",
     ExitCode.INTERRUPTED: "stopped by SIGINT (Ctrl-C) after the final report",
     ExitCode.TERMINATED: "stopped by SIGTERM after the final report",
 }

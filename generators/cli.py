@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m generators generate --out /tmp/ds --format parquet --files 50 \\\n"
                "      --disorder per-source --late-fraction 0.01 --redelivery-rate 0.02 "
                "--heartbeat\n"
-               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming\n"
+               "  python -m generators stream --rate 5000 --duration 2m --out /tmp/incoming   "
+               "# a job reads --events /tmp/incoming/events\n"
                "  python -m generators stream --rate 5000 --duration 2m --out /tmp/state \\\n"
                "      --kafka-bootstrap-servers 127.0.0.1:9092 --topic events\n\n"
                "Run 'python -m generators generate --help' for every knob and its default.\n\n"
@@ -111,14 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     load = commands.add_parser(
         "stream", formatter_class=_HelpFormatter,
         help="load mode: keep writing new event files at a target rate",
-        description="Write the next rate x file-interval events every file-interval into DIR "
-                    "(temporary name, then atomic rename), or produce them to --topic with "
+        description="Write the next rate x file-interval events every file-interval into "
+                    "DIR/events, as generate lays out a dataset (temporary name, then atomic "
+                    "rename; a job reads --events DIR/events), or produce them to --topic with "
                     "--kafka-bootstrap-servers, until the duration is over, then "
                     "print the achieved rate. The content is reproducible: the same options "
                     "give the same records; only the timing follows the clock.\n" + DURATION_HELP)
     load.add_argument("--out", required=True, metavar="DIR",
-                      help="directory a streaming job reads (with --topic: where the stream's "
-                           "state is kept, for --resume)")
+                      help="the stream's directory: event files go to DIR/events, which a "
+                           "streaming job reads, and the stream's state (for --resume) beside "
+                           "it (with --topic: the state only)")
     load.add_argument("--rate", type=float, default=1000.0, metavar="EVENTS_PER_S",
                       help="target events per second")
     load.add_argument("--duration", default="60 seconds", metavar="DURATION",

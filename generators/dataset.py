@@ -43,6 +43,7 @@ from .disorder import (
     file_watermarks,
     late_mask,
 )
+from .layout import EVENTS_DIR, MANIFEST_FILE, TRUTH_FILE  # noqa: F401 (re-exported)
 from .params import GeneratorParams
 from .site import SiteArrays, build_site, to_arrays, user_ids
 from .skew import DELAYS_FILE, SKEW_FILE, DisorderPicture, draw_pictures
@@ -50,9 +51,6 @@ from .truth import compute_truth, write_truth
 from .workers import processes_for, start_helpers
 from .writers import Vocabulary, heartbeat_record, id_array, part_name, write_events_file
 
-EVENTS_DIR = "events"
-TRUTH_FILE = Path("truth") / "attributions.parquet"
-MANIFEST_FILE = "manifest.json"
 # The zoomed skew panel spans this many times the larger of the disorder bound and the
 # watermark delay: wide enough to show the bound, narrow enough that it is not a line.
 ZOOM_FACTOR = 4

@@ -1,11 +1,12 @@
-"""Load mode: keep writing new event files into a directory at a target rate.
+"""Load mode: keep writing new event files into a dataset's ``events/`` at a target rate.
 
-A running streaming job reads the directory as a file stream. Each file holds the next
+The output directory is laid out as ``generate`` lays out a dataset (``generators.layout``): the
+event files in ``OUT/events``, which a running streaming job reads as a file stream
+(``--events OUT/events``), and the stream's own state beside it. Each file holds the next
 ``rate * file_interval`` records of ``generators.stream`` (so the content is reproducible; only
 the timing is wall-clock), is written under a hidden temporary name and renamed into place, so
-the job never sees a partial file. The position reached is saved in ``_streamgen_state.json``
-(underscore-prefixed: Spark and ``attribution.spark.files`` skip it), which ``resume``
-continues from.
+the job never sees a partial file. The position reached is saved in
+``OUT/_streamgen_state.json``, which ``resume`` continues from.
 
 Heartbeats, each a file of one ``heartbeat`` record, move a consumer's watermark when events do
 not. ``final_heartbeat`` closes the run with one at the largest event time written + the
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from .layout import EVENTS_DIR
 from .params import GeneratorParams
 from .stream import Position, stream_for
 from .writers import (
@@ -127,14 +129,15 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
              final_heartbeat: bool = False, idle_heartbeat_s: Optional[float] = None,
              clock: Callable[[], float] = time.monotonic,
              topic: Optional["TopicWriter"] = None) -> LoadReport:
-    """Write ``rate`` events per second into ``out`` for ``duration_s`` seconds.
+    """Write ``rate`` events per second into ``out/events`` for ``duration_s`` seconds.
 
     One file every ``file_interval_s``; the run lasts at least ``duration_s`` so the achieved
-    rate is comparable with the target. Raises ``StreamDirError`` when ``out`` already holds
-    part files and ``resume`` is false, or when resuming a stream closed by a final heartbeat.
+    rate is comparable with the target. Raises ``StreamDirError`` when ``out/events`` already
+    holds part files and ``resume`` is false, or when resuming a stream closed by a final heartbeat.
 
     :param params: the stream's parameters (``generators.stream``).
-    :param out: the directory a streaming job reads.
+    :param out: the stream's directory: its event files go to ``out/events`` (the directory a
+        streaming job reads), its state beside them.
     :param rate: target events per second.
     :param duration_s: how long to keep writing, in seconds.
     :param file_interval_s: one new file per this many seconds.
@@ -157,13 +160,14 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
     if idle_heartbeat_s is not None and idle_heartbeat_s <= 0:
         raise ValueError(f"--idle-heartbeat must be positive, got {idle_heartbeat_s}")
     out = Path(out)
+    events_dir = out / EVENTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     if resume:
         state = _load_state(out, params)
     else:
-        if _existing_parts(out):
-            raise StreamDirError(f"{out} already holds event files; pass --resume to continue "
-                                 "that stream, or choose an empty directory")
+        if _existing_parts(events_dir):
+            raise StreamDirError(f"{events_dir} already holds event files; pass --resume to "
+                                 "continue that stream, or choose an empty directory")
         if topic is not None and (out / STATE_FILE).exists():
             raise StreamDirError(f"{out} already holds the state of a stream; pass --resume to "
                                  "continue it, or choose an empty directory")
@@ -180,7 +184,8 @@ def run_load(params: GeneratorParams, out, rate: float, duration_s: float,
     def emit(events, heartbeat: Optional[dict] = None) -> str:
         """Write one batch (or heartbeat) as the next file, or produce it; returns its name."""
         if topic is None:
-            path = out / part_name(state.next_file, params.format)
+            events_dir.mkdir(exist_ok=True)
+            path = events_dir / part_name(state.next_file, params.format)
             write_events_file(path, params.format, events, stream.vocab, params.seed,
                               heartbeat=heartbeat)
             return path.name

@@ -709,6 +709,10 @@ class AttributionJob(StreamingJob):
                stop: StopRequests) -> str:
         return result.render()
 
+    def records_read(self, result: RunReport) -> tuple[int, int, Optional[list[int]]]:
+        batches = [b["batch"] for b in result.history] if result.mode == "stream" else None
+        return result.input_rows, result.extra.get("invalid", 0), batches
+
     def write_files(self, result: RunReport, settings: AttributionSettings) -> None:
         if settings.report_json:
             Path(settings.report_json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")

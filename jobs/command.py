@@ -13,7 +13,8 @@ them) and ``report`` (the final report). ``main`` does the rest, the same way fo
    signals handed to the command, the Spark UI's address when asked for;
 4. ``run``; SIGINT/SIGTERM stop it after the current micro-batch (``commandline.signals``);
 5. the report on stdout, the job's files (``write_files``), and the exit code: 0, or 130/143
-   after a signal. A signal while Spark starts ends the command before anything is written.
+   after a signal, or 6 when the run read records and not one was valid (``records_read``).
+   A signal while Spark starts ends the command before anything is written.
 
 Failures: a ``Failure`` keeps its code; an exception of ``failures`` gets its code; a file Spark
 cannot decode is explained (exit 3); anything else is exit 1 with its traceback in the log.
@@ -162,6 +163,15 @@ class StreamingJob:
         """
         raise NotImplementedError(type(self))
 
+    def records_read(self, result: Any) -> tuple[int, int, Optional[list[int]]]:
+        """What the run read, for the check that it found something valid: the records read,
+        the invalid ones among them, and the micro-batches of this run (``None``: a batch run,
+        whose dead letter is its own whole).
+
+        :param result: what ``run`` returned.
+        """
+        raise NotImplementedError(type(self))
+
     def write_files(self, result: Any, settings: JobSettings) -> None:
         """The files a job writes after its report (``--report-json``, ``--metrics``).
 
@@ -205,7 +215,9 @@ class StreamingJob:
         if stop.requested:
             print(f"stopped by {stop.signal_name}; rerun with the same --checkpoint to resume",
                   file=sys.stderr)
-        return int(stop.exit_code)
+            return int(stop.exit_code)
+        nothing_valid = no_valid_record(*self.records_read(result), settings.dead_letter)
+        return report_failure(nothing_valid) if nothing_valid else int(ExitCode.OK)
 
     def failure(self, error: Exception, stop: StopRequests, spark_log: Optional[str],
                 log_file: str) -> Optional[Failure]:
@@ -230,6 +242,28 @@ class StreamingJob:
             where = f" Spark's log: {spark_log}." if spark_log else ""
             return Failure(ExitCode.INPUT, explanation + where)
         return unexpected_failure(error, spark_log or log_file)
+
+
+def no_valid_record(read: int, invalid: int, batch_ids: Optional[list[int]],
+                    dead_letter: str) -> Optional[Failure]:
+    """A run that read records and found every one invalid is not a success: it wrote nothing
+    but its dead letter (a directory of other files given as ``--events``, a wrong topic).
+
+    :param read: the records the run read.
+    :param invalid: the invalid records among them.
+    :param batch_ids: the run's micro-batches (``None``: a batch run).
+    :param dead_letter: the dead-letter directory, whose reasons the line quotes.
+    :returns: the failure to report (``ExitCode.NO_VALID_INPUT``), or ``None``.
+    """
+    from attribution.spark.dead_letter import most_frequent_reasons
+
+    if read == 0 or invalid < read:
+        return None
+    reasons = "; ".join(f"{reason} ({n})"
+                        for reason, n in most_frequent_reasons(dead_letter, batch_ids))
+    return Failure(ExitCode.NO_VALID_INPUT,
+                   f"not one of the {read} records read was valid; the most frequent reasons: "
+                   f"{reasons or 'unknown'}; every record is in the dead letter {dead_letter}")
 
 
 def _parent(path: str) -> str:

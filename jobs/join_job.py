@@ -379,6 +379,10 @@ class ClickJoinJob(StreamingJob):
         """
         return result.report(settings, stop.signal_name)
 
+    def records_read(self, result: ClickJoinRun) -> tuple[int, int, Optional[list[int]]]:
+        return (result.total("records_read"), result.total("invalid"),
+                [b["batch_id"] for b in result.history])
+
     def write_files(self, result: ClickJoinRun, settings: JoinSettings) -> None:
         """Write the run's metrics file, if the options ask for one.
 

@@ -426,9 +426,15 @@ def _check_files(settings, waits: bool) -> Optional[str]:
     ``--format`` (the source's check: such a run would silently read nothing), and that holds
     a file to read, unless the run waits for files (a remote directory is left to Spark)."""
     from attribution.spark.formats import event_format
+    from generators.layout import EVENTS_DIR, MANIFEST_FILE
 
     events = settings.events
     check_readable_dir(events, "--events", ExitCode.INPUT)
+    if not is_remote(events) and (Path(events) / MANIFEST_FILE).is_file() \
+            and (Path(events) / EVENTS_DIR).is_dir():
+        raise Failure(ExitCode.INPUT, f"--events {events} is a generated dataset (it holds "
+                                      f"{MANIFEST_FILE}); its events are in "
+                                      f"--events {Path(events) / EVENTS_DIR}")
     problem = settings.source.check()
     if problem is not None:
         raise Failure(ExitCode.INPUT, problem)

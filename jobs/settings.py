@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Optional
 
 from attribution.config import parse_duration_ms
 from attribution.spark.formats import FORMATS
+from attribution.spark.pipeline import AVAILABLE_NOW, trigger_interval_ms
 from attribution.spark.sinks import DEFAULT_OUTPUT_FORMAT, OUTPUT_FORMATS, choose_output_format
 from attribution.spark.sources import SOURCES, EventSource
 from attribution.spark.sources.kafka import STARTING_OFFSETS
@@ -165,7 +166,7 @@ class JobSettings:
     checkpoint: Optional[str] = option(None, "checkpoint directory; reuse it to resume after a "
                                        "stop or crash (default: %(default)s)", STREAM,
                                        metavar="DIR")
-    trigger: str = option("available-now", "'available-now' processes everything present and "
+    trigger: str = option(AVAILABLE_NOW, "'available-now' processes everything present and "
                           "stops; an interval such as '10 seconds' runs continuously and waits "
                           "for new files or records (default: %(default)s)", STREAM)
     master: Optional[str] = option(None, "Spark master when run with plain python (default: "
@@ -212,6 +213,7 @@ class JobSettings:
             raise ValueError("--max-files-per-trigger must be >= 1")
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
             raise ValueError("--shuffle-partitions must be >= 1")
+        trigger_interval_ms(self.trigger, "--trigger")
         output = self.output or self.DEFAULTS["output"]
         self._set(output=output,
                   checkpoint=self.checkpoint or self.DEFAULTS["checkpoint"],
@@ -245,7 +247,7 @@ class JobSettings:
     @property
     def streaming(self) -> bool:
         """True when the trigger keeps the query running, waiting for new files."""
-        return self.trigger not in ("available-now", "once")
+        return trigger_interval_ms(self.trigger) is not None
 
     def resolved_output_format(self) -> str:
         """The format ``--output`` is written in (``sinks.choose_output_format``): the one it

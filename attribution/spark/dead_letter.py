@@ -19,7 +19,8 @@ it as a finished output.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Union
+from collections import Counter
+from typing import Callable, Iterable, Mapping, Optional, Union
 
 import pyarrow as pa
 
@@ -30,8 +31,8 @@ from .storage import location
 from .types import arrow_schema
 from .validation import VALIDATION_METRICS, classify, dead_letters
 
-__all__ = ["DEAD_LETTERED_DIR", "dead_letter_schema", "invalid_by_batch", "not_reread_batches",
-           "write_dead_letters"]
+__all__ = ["DEAD_LETTERED_DIR", "dead_letter_schema", "invalid_by_batch", "most_frequent_reasons",
+           "not_reread_batches", "write_dead_letters"]
 
 DEAD_LETTERED_DIR = "_dead_lettered"
 _SUCCESS = "_SUCCESS"
@@ -127,3 +128,33 @@ def not_reread_batches(dead_dir: str) -> dict[int, str]:
     :param dead_dir: the dead-letter directory.
     """
     return not_followed_up(dead_dir, DEAD_LETTERED_DIR)
+
+
+def most_frequent_reasons(dead_dir: str, batch_ids: Optional[Iterable[int]] = None,
+                          limit: int = 3) -> list[tuple[str, int]]:
+    """The reasons most records of the dead letter were rejected for, with their counts, most
+    frequent first (ties by reason).
+
+    :param dead_dir: the dead-letter directory (dated subdirectories or flat).
+    :param batch_ids: a streaming run's micro-batches, whose files (``batch-<k>.parquet``) are
+        read; ``None``: every Parquet file (a batch run's dead letter, which it replaced whole).
+    :param limit: how many reasons at most.
+    """
+    import pyarrow.parquet as pq
+
+    wanted = None if batch_ids is None else set(batch_ids)
+
+    def of_the_run(name: str) -> bool:  # batch-00000012.parquet: micro-batch 12
+        number = name[len("batch-"):-len(".parquet")]
+        return name.startswith("batch-") and number.isdigit() and int(number) in wanted
+
+    root = location(dead_dir)
+    if not root.is_dir():
+        return []
+    files = [f for pattern in ("*.parquet", "*/*.parquet") for f in root.glob_files(pattern)
+             if not f.name.startswith(("_", ".")) and (wanted is None or of_the_run(f.name))]
+    counts: Counter = Counter()
+    for f in files:
+        with f.open() as stream:
+            counts.update(pq.read_table(stream, columns=["reason"]).column("reason").to_pylist())
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..config import AttributionConfig, spark_interval
+from ..config import AttributionConfig, parse_duration_ms, spark_interval
 from ..schema import OUTPUT_SCHEMA
 from .apply_in_pandas import (
     BUCKET_COLUMN,
@@ -254,14 +254,39 @@ def attribution_batch(events: DataFrame,
     return rows
 
 
+AVAILABLE_NOW = "available-now"
+
+
+def trigger_interval_ms(trigger: str, what: str = "trigger") -> "int | None":
+    """The processing-time interval of a trigger, in milliseconds; ``None`` for
+    ``available-now``. Checked here, before Spark starts, so a bad trigger is one line.
+
+    :param trigger: ``available-now`` or an interval (``"10 seconds"``, as every duration).
+    :param what: the option's name, used in the error message.
+    :raises ValueError: ``trigger`` is neither (``once`` is named: it runs one micro-batch of
+        whatever a source offers and leaves the rest unread, which ``available-now`` does not).
+    """
+    if trigger == AVAILABLE_NOW:
+        return None
+    if trigger.strip().lower() == "once":
+        raise ValueError(f"{what} 'once' is not supported: use '{AVAILABLE_NOW}', which "
+                         "processes everything present in as many micro-batches as the "
+                         "per-trigger limits make, then stops")
+    try:
+        return parse_duration_ms(trigger, what)
+    except ValueError as err:
+        raise ValueError(f"{err}; or '{AVAILABLE_NOW}' to process what is present and stop") \
+            from None
+
+
 def apply_trigger(writer, trigger: str):
-    """Apply ``--trigger``: ``available-now``, ``once`` or a processing-time interval.
+    """Apply a trigger: ``available-now`` or a processing-time interval.
 
     :param writer: a ``DataStreamWriter``.
-    :param trigger: ``available-now``, ``once`` or a processing-time interval (``"10 seconds"``).
+    :param trigger: ``available-now`` or a processing-time interval (``"10 seconds"``).
+    :raises ValueError: ``trigger`` is neither (``trigger_interval_ms``).
     """
-    if trigger == "available-now":
+    interval = trigger_interval_ms(trigger)
+    if interval is None:
         return writer.trigger(availableNow=True)
-    if trigger == "once":
-        return writer.trigger(once=True)
-    return writer.trigger(processingTime=trigger)
+    return writer.trigger(processingTime=spark_interval(interval))

@@ -79,6 +79,7 @@ from typing import Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from attribution.config import DEFAULT_WATERMARK_DELAY, parse_duration_ms, spark_interval
+from generators.layout import EVENTS_DIR
 
 from .console import log
 from .kinds import JOB_LAYOUT_LABELS, JOB_LAYOUTS, NATIVE, NATIVE_WINDOW
@@ -216,10 +217,10 @@ def _start_job(bench: Bench, options: list, events_dir: Path, out: Path, checkpo
     return stop
 
 
-def _run_load(events_dir: Path, rate: int, duration_s: float, file_interval_s: float,
+def _run_load(out: Path, rate: int, duration_s: float, file_interval_s: float,
               seed: int) -> subprocess.Popen:
-    """Start the load generator writing ``rate`` events/s into ``events_dir``."""
-    command = [sys.executable, "-m", "generators", "stream", "--out", str(events_dir),
+    """Start the load generator writing ``rate`` events/s into ``out/events``."""
+    command = [sys.executable, "-m", "generators", "stream", "--out", str(out),
                "--rate", str(rate), "--duration", str(duration_s),
                "--file-interval", str(file_interval_s), "--format", "parquet",
                "--users", str(LOAD_USERS), "--seed", str(seed), "--quiet"]
@@ -237,7 +238,7 @@ def probe(bench: Bench, kind: str, rate: int, settings: dict) -> dict:
     :param settings: the probe's timing and seed (see above).
     """
     scratch = bench.scratch(f"sustain-{kind}-{rate}")
-    events_dir, out = scratch / "events", scratch / "out"
+    events_dir, out = scratch / EVENTS_DIR, scratch / "out"
     events_dir.mkdir()
     trigger_s, duration_s = settings["trigger_s"], settings["duration_s"]
     try:
@@ -248,7 +249,7 @@ def probe(bench: Bench, kind: str, rate: int, settings: dict) -> dict:
             patience_s = 0.0  # on an error, stop at once
             try:
                 bench.recorder.wait_started(QUERY_NAMES[kind])
-                load = _run_load(events_dir, rate, duration_s, settings["file_interval_s"],
+                load = _run_load(scratch, rate, duration_s, settings["file_interval_s"],
                                  settings["seed"])
                 with bench.sampler.excluding(load.pid):
                     bench.sampler.reset()

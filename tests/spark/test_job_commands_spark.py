@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
+from attribution.spark.dead_letter import most_frequent_reasons
 from attribution.spark.files import read_events, write_events
-from jobs import join_job
+from commandline.exits import ExitCode
+from jobs import attribution_job, join_job
 from support.commands import error_line
 from support.datasets import stage_in_arrival_order
 from support.outputs import PARQUET_OUTPUT
@@ -63,3 +67,23 @@ def test_the_join_jobs_progress_json_has_one_line_per_micro_batch(spark, tmp_pat
     assert lines == json.loads(json.dumps(result.batches, default=str))
     read = sum(line["records_read"] for line in lines)
     assert read == len(read_events(ch7_stream_dir))  # every record, in one line or another
+
+
+@pytest.mark.parametrize("job", [attribution_job, join_job], ids=["attribution", "join"])
+def test_a_run_without_one_valid_record_ends_with_exit_code_6_and_its_reasons(spark, tmp_path,
+                                                                             job, capsys):
+    """A directory of other files read as events is not a success that wrote nothing: the
+    run ends with its own code and the most frequent reasons, the dead letter still written."""
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "part-00000.json").write_text("not json\n" * 3 + '{"event_type": "visit"}\n')
+    dead = tmp_path / "dead"
+    argv = ["--events", str(events), "--output", str(tmp_path / "out"), *PARQUET_OUTPUT,
+            "--dead-letter", str(dead), "--checkpoint", str(tmp_path / "cp"), "--quiet",
+            "--log-file", str(tmp_path / "spark.log")]
+    assert job.main(argv) == ExitCode.NO_VALID_INPUT
+    line = error_line(capsys.readouterr().err)
+    assert "not one of the 4 records read was valid; the most frequent reasons: " in line, line
+    assert f"every record is in the dead letter {dead}" in line
+    assert sum(n for _, n in most_frequent_reasons(str(dead))) == 4
+    assert line.index("(3)") < line.index("(1)")  # most frequent first

@@ -25,7 +25,7 @@ from support import ROOT
 def test_exit_codes_are_the_documented_ones():
     assert {code.name: int(code) for code in ExitCode} == {
         "OK": 0, "FAILED": 1, "USAGE": 2, "INPUT": 3, "OUTPUT": 4, "CHECKPOINT": 5,
-        "INTERRUPTED": 130, "TERMINATED": 143}
+        "NO_VALID_INPUT": 6, "INTERRUPTED": 130, "TERMINATED": 143}
     text = exit_codes_help()
     assert text.startswith("exit codes:\n")
     assert [line.split()[0] for line in text.splitlines()[1:]] == [

@@ -13,6 +13,7 @@ import pytest
 from attribution.events import ts_to_ms
 from attribution.spark.files import data_files, read_event_records, read_events
 from generators.cli import BATCH_ONLY, STREAM_ONLY, build_parser, main
+from generators.layout import EVENTS_DIR
 from generators.load import STATE_FILE, StreamDirError, run_load
 from generators.params import GeneratorParams, param_fields
 from generators.stream import Position, stream_for
@@ -132,17 +133,17 @@ def test_load_mode_writes_the_stream_in_complete_files(tmp_path):
     seen = []
 
     def check_dir(seconds: float) -> None:
-        names = sorted(p.name for p in tmp_path.iterdir())
+        names = sorted(p.name for p in (tmp_path / EVENTS_DIR).iterdir())
         assert not [n for n in names if n.endswith(".tmp")]  # no temporary file left behind
-        for f in data_files(tmp_path):
+        for f in data_files(tmp_path / EVENTS_DIR):
             assert len(list(read_event_records(f))) == 250  # every visible file is complete
-        seen.append(len(data_files(tmp_path)))
+        seen.append(len(data_files(tmp_path / EVENTS_DIR)))
 
     report = run_load(params, tmp_path, rate=1000, duration_s=1.0, file_interval_s=0.25,
                       sleep=check_dir)
     assert report.files == 4 and report.records == 1000
     assert seen[-1] == 4 and seen == sorted(seen)
-    written = read_events(tmp_path)
+    written = read_events(tmp_path / EVENTS_DIR)
     expected, end = stream_for(params).read(Position(), 1000)
     assert [e.event_id for e in written] == id_array(expected.seq).to_pylist()
     assert end.events == 1000
@@ -152,7 +153,7 @@ def test_load_mode_writes_the_stream_in_complete_files(tmp_path):
                  sleep=lambda s: None)
     run_load(params, tmp_path, rate=1000, duration_s=0.5, file_interval_s=0.25, resume=True,
              sleep=lambda s: None)
-    resumed = [e.event_id for e in read_events(tmp_path)]
+    resumed = [e.event_id for e in read_events(tmp_path / EVENTS_DIR)]
     everything, _ = stream_for(params).read(Position(), 1500)
     assert resumed == id_array(everything.seq).to_pylist()
     assert json.loads((tmp_path / STATE_FILE).read_text())["position"]["events"] == 1500
@@ -170,8 +171,8 @@ def test_stream_command_prints_the_achieved_rate(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "wrote 2,000 events in 2 files" in result.stdout and "achieved" in result.stdout
     assert "events/s (target 2,000)" in result.stdout
-    assert [p.name for p in data_files(out)] == ["part-00000.json", "part-00001.json"]
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in data_files(out / EVENTS_DIR)] == ["part-00000.json", "part-00001.json"]
+    assert not [p for p in (out / EVENTS_DIR).iterdir() if p.name.startswith(".")]
 
 
 def _heartbeats(directory: Path) -> list[tuple[int, dict]]:
@@ -191,8 +192,8 @@ def test_final_heartbeat_lets_a_consumer_flush_every_goal(tmp_path):
                       sleep=lambda s: None, final_heartbeat=True)
     assert report.files == 4 and report.heartbeats == 1
     assert "(+1 heartbeat file)" in report.summary()
-    events = read_events(tmp_path)
-    (n, beat), = _heartbeats(tmp_path)
+    events = read_events(tmp_path / EVENTS_DIR)
+    (n, beat), = _heartbeats(tmp_path / EVENTS_DIR)
     assert n == 4 and events[-1].event_type == "heartbeat"
     goals = [e.ts for e in events if e.event_type == "visit" and e.is_goal]
     top = max(e.ts for e in events if e.event_type != "heartbeat")
@@ -221,7 +222,7 @@ def test_idle_heartbeats_fill_long_gaps_without_making_records_late(tmp_path):
                       sleep=sleep, clock=lambda: now[0], idle_heartbeat_s=0.5)
     # Three event files (at 0, 2 and 4 s), three idle heartbeats after each (0.5, 1, 1.5 s in).
     assert report.files == 3 and report.heartbeats == 9 and now[0] == 6.0
-    files = [list(read_event_records(f)) for f in data_files(tmp_path)]
+    files = [list(read_event_records(f)) for f in data_files(tmp_path / EVENTS_DIR)]
     kinds = ["heartbeat" if f[0]["event_type"] == "heartbeat" else "events" for f in files]
     assert kinds == (["events"] + ["heartbeat"] * 3) * 3
     stream = stream_for(params)
@@ -237,7 +238,7 @@ def test_idle_heartbeats_fill_long_gaps_without_making_records_late(tmp_path):
     assert ts_to_ms(files[3][0]["ts"]) == stream.arrival_time(position)
     # A bounded stream (90 s < the 10 minutes watermark delay) stays free of late records,
     # heartbeats included, read one file per micro-batch.
-    assert late_event_ids_in_dir(tmp_path, params.watermark_delay_ms) == []
+    assert late_event_ids_in_dir(tmp_path / EVENTS_DIR, params.watermark_delay_ms) == []
 
 
 def test_generator_benchmark_prints_both_rates(capsys):

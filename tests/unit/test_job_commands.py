@@ -265,3 +265,28 @@ def test_output_topic_needs_servers_and_a_stream(argv, words, capsys):
     assert exit_.value.code == ExitCode.USAGE
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], lines
+
+
+@pytest.mark.parametrize("trigger,words", [
+    ("every 5s", "--trigger: not a duration: 'every 5s'"),
+    ("5 parsecs", "--trigger: unknown unit 'parsecs'"),
+    ("once", "--trigger 'once' is not supported: use 'available-now'"),
+])
+def test_a_bad_trigger_is_one_line_before_spark(job, tmp_path, trigger, words, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        job.main(["--events", str(events_dir(tmp_path)), "--trigger", trigger,
+                  *outputs(tmp_path)])
+    assert exit_.value.code == ExitCode.USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+    assert not (tmp_path / "cp").exists()  # refused before Spark
+
+
+def test_a_generated_datasets_root_as_events_is_refused_naming_its_events(job, tmp_path,
+                                                                          capsys):
+    events_dir(tmp_path)
+    (tmp_path / "manifest.json").write_text("{}\n")
+    assert job.main(["--events", str(tmp_path), *outputs(tmp_path)]) == ExitCode.INPUT
+    line = error_line(capsys.readouterr().err)
+    assert f"--events {tmp_path} is a generated dataset" in line
+    assert f"its events are in --events {tmp_path / 'events'}" in line

@@ -47,7 +47,7 @@ class Sink(ABC):
 
         :param rows: a streaming DataFrame.
         :param checkpoint: the query's checkpoint location.
-        :param trigger: ``available-now``, ``once`` or a processing-time interval
+        :param trigger: ``available-now`` or a processing-time interval
             (``pipeline.apply_trigger``).
         :param query_name: the query's name in Spark's progress and UI.
         """

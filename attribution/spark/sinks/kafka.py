@@ -120,7 +120,7 @@ class KafkaSink(Sink):
 
         :param rows: a streaming DataFrame.
         :param checkpoint: the query's checkpoint location.
-        :param trigger: ``available-now``, ``once`` or a processing-time interval.
+        :param trigger: ``available-now`` or a processing-time interval.
         :param query_name: the query's name in Spark's progress and UI.
         :raises TopicRefused: the topic does not exist, cannot be reached, or holds records of
             another query.

@@ -64,7 +64,7 @@ class ParquetSink(Sink):
 
         :param rows: a streaming DataFrame.
         :param checkpoint: the query's checkpoint location.
-        :param trigger: ``available-now``, ``once`` or a processing-time interval.
+        :param trigger: ``available-now`` or a processing-time interval.
         :param query_name: the query's name in Spark's progress and UI.
         """
         rows, columns = self._laid_out(rows)
