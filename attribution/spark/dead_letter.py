@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from .follow_up import WAIT, batch_time, follow_up, not_followed_up
 from .query_progress import micro_batch_ran
+from .sinks.parquet import micro_batch_name
 from .sources import EventSource, as_source
 from .storage import location
 from .types import arrow_schema
@@ -136,23 +137,18 @@ def most_frequent_reasons(dead_dir: str, batch_ids: Optional[Iterable[int]] = No
     frequent first (ties by reason).
 
     :param dead_dir: the dead-letter directory (dated subdirectories or flat).
-    :param batch_ids: a streaming run's micro-batches, whose files (``batch-<k>.parquet``) are
+    :param batch_ids: a streaming run's micro-batches, whose files (``micro_batch_name``) are
         read; ``None``: every Parquet file (a batch run's dead letter, which it replaced whole).
     :param limit: how many reasons at most.
     """
     import pyarrow.parquet as pq
 
-    wanted = None if batch_ids is None else set(batch_ids)
-
-    def of_the_run(name: str) -> bool:  # batch-00000012.parquet: micro-batch 12
-        number = name[len("batch-"):-len(".parquet")]
-        return name.startswith("batch-") and number.isdigit() and int(number) in wanted
-
+    wanted = None if batch_ids is None else {micro_batch_name(b) for b in batch_ids}
     root = location(dead_dir)
     if not root.is_dir():
         return []
     files = [f for pattern in ("*.parquet", "*/*.parquet") for f in root.glob_files(pattern)
-             if not f.name.startswith(("_", ".")) and (wanted is None or of_the_run(f.name))]
+             if not f.name.startswith(("_", ".")) and (wanted is None or f.name in wanted)]
     counts: Counter = Counter()
     for f in files:
         with f.open() as stream:

@@ -392,9 +392,11 @@ def _with_partition_column(table: pa.Table) -> pa.Table:
 
 
 def _read_parquet(file: PathLike) -> pa.Table:
+    # One thread: a file is one part of the output, and Arrow's thread pool, once started, can
+    # abort the interpreter's exit when a command ends right after the read (apache/arrow#34314).
     try:
         with location(file).open() as stream:
-            return pq.read_table(stream)
+            return pq.read_table(stream, use_threads=False)
     except (pa.ArrowInvalid, OSError) as err:
         raise NotAttributionOutput(f"{file} is not a readable Parquet file ({err})") from None
 

@@ -23,6 +23,14 @@ from .base import REPLACE_ALL, REPLACE_DATES, Sink
 _OVERWRITE_MODES = {REPLACE_ALL: "static", REPLACE_DATES: "dynamic"}
 
 
+def micro_batch_name(batch_id: int) -> str:
+    """The name of micro-batch ``batch_id``'s file of driver-side records (``micro_batch_file``).
+
+    :param batch_id: the micro-batch.
+    """
+    return f"batch-{batch_id:08d}.parquet"
+
+
 def micro_batch_file(root: Location, partition: tuple[str, str], batch_id: int,
                      detected: dt.datetime) -> Location:
     """Where ``ParquetSink.write_micro_batch`` puts micro-batch ``batch_id``'s records.
@@ -32,7 +40,7 @@ def micro_batch_file(root: Location, partition: tuple[str, str], batch_id: int,
     :param batch_id: the micro-batch.
     :param detected: when it ran (its date names the directory).
     """
-    return root / f"{partition[0]}={detected.date().isoformat()}" / f"batch-{batch_id:08d}.parquet"
+    return root / f"{partition[0]}={detected.date().isoformat()}" / micro_batch_name(batch_id)
 
 
 class ParquetSink(Sink):
