@@ -81,6 +81,7 @@ from commandline.signals import StopRequests
 from jobs.command import StreamingJob
 from jobs.progress import BatchProgress, RunReport
 from jobs.runtime import (
+    KAFKA_CHECK_SECONDS,
     DeadLetterOutput,
     check_dead_letter_directory,
     check_sink_directory,
@@ -688,14 +689,18 @@ class AttributionJob(StreamingJob):
             backfill.check_target(settings.output, settings.window)
 
     def check_topic_outputs(self, settings: AttributionSettings) -> None:
-        """With ``--output-topic`` (stream mode only): the sink's own check (the topic itself is
-        asked once Spark runs, by the driver's Kafka client), and the directories that stay
-        files."""
-        problem = settings.output_sink().check()
+        """With ``--output-topic`` (stream mode only): the sink's own check, the directories
+        that stay files, and the topic itself, asked by the Python Kafka client (it exists, and
+        holds no record for a new checkpoint; asked again once Spark runs)."""
+        sink = settings.output_sink()
+        problem = sink.check()
         if problem is not None:
             raise Failure(ExitCode.OUTPUT, problem)
         check_writable_dir(settings.checkpoint, "--checkpoint", ExitCode.CHECKPOINT)
         check_dead_letter_directory(settings)
+        problem = sink.refusal_before_start(settings.checkpoint, KAFKA_CHECK_SECONDS)
+        if problem is not None:
+            raise Failure(ExitCode.OUTPUT, problem)
 
     def checks(self, settings: AttributionSettings) -> AttributionSettings:
         """The checkpoint was started with this input and state layout."""

@@ -32,7 +32,7 @@ from commandline.exits import ExitCode, exit_codes_help
 from commandline.options import option
 from commandline.signals import StopRequests
 from jobs.command import StreamingJob
-from jobs.progress import MicroBatchProgress
+from jobs.progress import MicroBatchProgress, watermark_text
 from jobs.runtime import DeadLetterOutput, classified_stream, follow_queries
 from jobs.settings import JobSettings, duration
 from joins import JOIN_TYPES, JoinSpecError, JoinStateCollector, check_cleanup, inspect_join
@@ -200,7 +200,8 @@ class ClickJoinRun(MicroBatchProgress):
                 f"duplicates and {batch['dropped_by_watermark']} late rows dropped), wrote "
                 f"{batch['output_rows']} rows, join state {batch['join_state_rows']} rows "
                 f"(updated {batch['join_state_rows_updated']}, removed "
-                f"{batch['join_state_rows_removed']}), watermark {batch['watermark']}")
+                f"{batch['join_state_rows_removed']}), watermark "
+                f"{watermark_text(batch['watermark'])}")
 
     def _after(self, p) -> None:
         if self.inspection is None:
@@ -290,7 +291,7 @@ class ClickJoinRun(MicroBatchProgress):
                  f"  duplicates dropped: {self.total('duplicates_dropped')}, late rows dropped: "
                  f"{self.total('dropped_by_watermark')}",
                  f"  final join state rows: {last.get('join_state_rows', 'n/a')}, "
-                 f"watermark {last.get('watermark', 'n/a')}"]
+                 f"watermark {watermark_text(last.get('watermark')) if last else 'n/a'}"]
         if self.inspection is None:
             lines.append(f"  Spark's cleanup: not inspected "
                          f"({self.inspection_error or 'no batch ran'})")

@@ -7,10 +7,17 @@ Spark session) and ``kafka-broker`` (the local broker's classpath, never Spark's
 another ``kafka-clients``). A folder is complete when its marker file names the hash of the pom
 it was fetched from, so editing the pom fetches again.
 
+Fetching also writes Spark's defaults for this environment (``spark_defaults``): the pip-installed
+pyspark's ``conf/spark-defaults.conf``, which its ``spark-submit`` reads as a Spark installation's
+``conf/`` would, so that a plain ``spark-submit jobs/attribution_job.py ...`` finds Delta and the
+Kafka connector, and the drivers' log stays off the terminal until the job sends it to its
+``--log-file``.
+
 Without the folder and without ``mvn``, a Spark session falls back to Spark's own resolution
 (``spark.jars.packages``, which reaches Maven Central directly) with the same coordinates, read
 from the pom. ``python -m jvm.artifacts`` fetches every profile (``make jars``);
-``python -m jvm.artifacts --spark-submit`` prints the ``--packages`` and ``--jars`` options.
+``python -m jvm.artifacts --spark-submit`` prints the ``--packages`` and ``--jars`` options, for a
+Spark installation of one's own.
 """
 from __future__ import annotations
 
@@ -33,6 +40,10 @@ JARS = POM.parent.parent / "build" / "jars"
 SPARK = "spark"
 BROKER = "kafka-broker"
 MARKER = ".fetched-from"  # inside a profile's folder: the pom's hash, written last
+# The drivers' log4j2 configuration in the environment's Spark defaults (``spark_defaults``).
+DRIVER_LOG4J2 = POM.parent / "log4j2-driver.properties"
+# The first line of a spark-defaults.conf this module wrote; a file without it is the user's own.
+DEFAULTS_HEADER = "# Spark's defaults for this environment, written by python -m jvm.artifacts"
 _NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 # What Delta needs in a session; set only when the Delta jars are on its classpath.
@@ -210,31 +221,98 @@ def missing_capabilities(jvm, needs) -> list:
             if not loadable(SPARK_CAPABILITIES[need][1])]
 
 
+def spark_conf_dir() -> Optional[Path]:
+    """The ``conf`` folder of the pyspark this interpreter imports: where its ``spark-submit``
+    (and every session PySpark starts) reads ``spark-defaults.conf`` unless ``SPARK_CONF_DIR``
+    or ``SPARK_HOME`` point elsewhere; ``None`` without pyspark."""
+    from importlib.util import find_spec
+
+    spec = find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent / "conf"
+
+
+def spark_defaults(jars: Path = JARS) -> str:
+    """The text of the environment's ``spark-defaults.conf``: the ``spark`` profile's jars (the
+    fetched files, else Spark's own resolution of the pom's coordinates), Delta's extension and
+    catalog, and the drivers' JVM option naming ``DRIVER_LOG4J2``, which keeps what a driver
+    logs before its job starts (a JVM started by spark-submit) to errors.
+
+    :param jars: the folder holding one sub-folder per profile.
+    """
+    found = fetched_jars(SPARK, jars)
+    conf = ({"spark.jars": ",".join(str(j) for j in found)} if found else packages_conf())
+    conf.update(DELTA_CONF)
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}"
+    lines = [DEFAULTS_HEADER,
+             "# from jvm/pom.xml, and again whenever it changes; a file without the line above is",
+             "# never overwritten. Delete it to return to Spark's own defaults.",
+             *(f"{key}  {value}" for key, value in conf.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_spark_defaults(conf_dir: Optional[Path], jars: Path = JARS) -> Optional[str]:
+    """Write ``spark_defaults`` into ``conf_dir/spark-defaults.conf`` unless a file of the
+    user's own is there (one not starting with ``DEFAULTS_HEADER``).
+
+    :param conf_dir: the folder (``spark_conf_dir``); ``None``: nothing to write.
+    :param jars: the folder holding one sub-folder per profile.
+    :returns: a note for the user when the file was left alone, else ``None``.
+    """
+    if conf_dir is None:
+        return None
+    target = conf_dir / "spark-defaults.conf"
+    if target.exists() and not target.read_text().startswith(DEFAULTS_HEADER):
+        return (f"note: {target} is not this project's: left as it is; spark-submit needs the "
+                "options 'python -m jvm.artifacts --spark-submit' prints")
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(target.name + ".tmp")
+    scratch.write_text(spark_defaults(jars))
+    os.replace(scratch, target)
+    return None
+
+
+DESCRIPTION = """\
+Fetch the project's JVM jars (jvm/pom.xml) with Maven into build/jars/ once: the 'spark' profile
+(Spark's Kafka connector, Delta Lake) and the 'kafka-broker' profile (the local broker of
+kafka-local). Then write this environment's Spark defaults (pyspark's conf/spark-defaults.conf):
+the jars, Delta's settings, and the drivers' log settings, so that a plain spark-submit in the
+environment runs the jobs. This is what 'make jars' runs."""
+
+
 def main(argv: Optional[list] = None) -> int:
-    """``python -m jvm.artifacts``: fetch every profile's jars (``make jars``), or with
-    ``--spark-submit`` print the spark-submit options.
+    """``python -m jvm.artifacts``: fetch every profile's jars and write the environment's Spark
+    defaults (``make jars``), or with ``--spark-submit`` print the spark-submit options.
 
     :param argv: the arguments (default: ``sys.argv[1:]``).
     """
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m jvm.artifacts", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jvm.artifacts", description=DESCRIPTION)
     parser.add_argument("--spark-submit", action="store_true",
-                        help="print the --packages and --jars options for spark-submit")
+                        help="print, labelled, the two ways to give a Spark installation of your "
+                             "own the jars: spark-submit's --packages options (a machine that "
+                             "reaches Maven Central) and its --jars options (the fetched files)")
     args = parser.parse_args(argv)
     if args.spark_submit:
-        print("\n".join(spark_submit_options()))
+        packages, listed = spark_submit_options()
+        print(f"# a machine that reaches Maven Central:\n{packages}\n"
+              f"# or the jars fetched into {JARS / SPARK}:\n{listed}")
         return ExitCode.OK
     if shutil.which("mvn") is None and not all(fetched_jars(p) for p in (SPARK, BROKER)):
         print("note: no 'mvn' on PATH: Spark sessions fetch their jars themselves "
               "(spark.jars.packages); the local Kafka broker (kafka-local) needs Maven 3.8+",
               file=sys.stderr)
-        return ExitCode.OK
-    try:
-        for profile in (SPARK, BROKER):
-            fetch(profile)
-    except Failure as failure:
-        return report_failure(failure)
+    else:
+        try:
+            for profile in (SPARK, BROKER):
+                fetch(profile)
+        except Failure as failure:
+            return report_failure(failure)
+    note = write_spark_defaults(spark_conf_dir())
+    if note:
+        print(note, file=sys.stderr)
     return ExitCode.OK
 
 

@@ -268,25 +268,26 @@ def _wait_until_ready(process: subprocess.Popen, bootstrap: str, broker: BrokerD
                                    f"{timeout:g} s; see {broker.log}")
 
 
-def stop(directory: str, timeout: float = STOP_TIMEOUT) -> bool:
+def stop(directory: str, timeout: float = STOP_TIMEOUT) -> Optional[int]:
     """Stop the broker of ``directory`` by its recorded process id (SIGTERM: a controlled
     shutdown; SIGKILL after ``timeout`` seconds) and wait until it has exited.
 
     :param directory: the broker's directory.
     :param timeout: seconds to wait for the controlled shutdown.
-    :returns: False when no broker of that directory was running.
+    :returns: the process id of the broker stopped, or ``None`` when no broker of that
+        directory was running.
     """
     broker = BrokerDir(directory)
     pid = broker.pid()
     if pid is None:
         broker.pid_file.unlink(missing_ok=True)
-        return False
+        return None
     os.kill(pid, signal.SIGTERM)
     if not _wait_for_exit(pid, timeout):
         os.kill(pid, signal.SIGKILL)
         _wait_for_exit(pid, 10.0)
     broker.pid_file.unlink(missing_ok=True)
-    return True
+    return pid
 
 
 def _wait_for_exit(pid: int, timeout: float) -> bool:
@@ -326,8 +327,11 @@ def main(argv: Optional[list] = None) -> int:
     try:
         if args.command == "start":
             print(f"bootstrap.servers={start(args.dir, args.timeout)}", flush=True)
-        elif not stop(args.dir):
-            print(f"no broker running under {args.dir}", file=sys.stderr)
+        else:
+            pid = stop(args.dir)
+            print(f"stopped the broker of {args.dir} (process {pid})" if pid is not None
+                  else f"no broker running under {args.dir}",
+                  file=sys.stdout if pid is not None else sys.stderr)
     except Failure as failure:
         return report_failure(failure)
     return ExitCode.OK

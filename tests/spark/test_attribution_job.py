@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -22,7 +23,7 @@ from attribution.spark.files import read_events
 from attribution.spark.output import read_attribution_rows
 from jobs.attribution_job import parse_args, run
 from support import ROOT
-from support.commands import SPARK_CODEGEN_DEFAULTS, assert_no_traceback, spark_submit_jar_options
+from support.commands import SPARK_CODEGEN_DEFAULTS, assert_no_traceback
 from support.datasets import (
     CH7_ROWS,
     CONFLICTING_COPIES_ROWS,
@@ -138,10 +139,14 @@ def test_bad_arguments_fail_with_one_clear_line(tmp_path):
 JOB = "<the job>"
 
 
-def spark_submit(*arguments, cwd: Path) -> subprocess.CompletedProcess:
+def spark_submit(*arguments, cwd: Path, conf_dir: Optional[Path] = None
+                 ) -> subprocess.CompletedProcess:
     """The attribution job run under the venv's spark-submit, with ``arguments`` before and
-    after the script's name (split at ``JOB``)."""
+    after the script's name (split at ``JOB``); ``conf_dir``: Spark's conf folder instead of the
+    environment's (whose spark-defaults.conf ``make jars`` wrote)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if conf_dir is not None:
+        env["SPARK_CONF_DIR"] = str(conf_dir)
     at = arguments.index(JOB)
     return subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
@@ -150,9 +155,11 @@ def spark_submit(*arguments, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch7_stream_dir):
+    # A Spark installation of the user's own: its conf folder holds no defaults of this project.
+    (tmp_path / "conf").mkdir()
     result = spark_submit(JOB, "--events", str(ch7_stream_dir), "--output",
                           str(tmp_path / "out"), "--checkpoint", str(tmp_path / "cp"),
-                          cwd=tmp_path)
+                          cwd=tmp_path, conf_dir=tmp_path / "conf")
     assert result.returncode == 2, result.stdout[-3000:]
     # spark-submit's PythonRunner merges the driver's stderr into its stdout
     assert ("error: Delta Lake not on spark-submit's classpath: add the --jars or --packages "
@@ -162,9 +169,10 @@ def test_spark_submit_without_the_delta_jars_is_refused_in_one_line(tmp_path, ch
     assert not (tmp_path / "out").exists()
 
 
-def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
+def test_plain_spark_submit_runs_the_job_into_a_delta_table(tmp_path, ch7_stream_dir):
+    # No --jars: the environment's spark-defaults.conf (python -m jvm.artifacts) carries them.
     result = spark_submit(
-        *spark_submit_jar_options(), *SPARK_CODEGEN_DEFAULTS, JOB,
+        *SPARK_CODEGEN_DEFAULTS, JOB,
         "--events", str(ch7_stream_dir), "--max-files-per-trigger", "1",
         "--watermark-delay", "3 minutes", "--output", str(tmp_path / "out"),
         "--checkpoint", str(tmp_path / "cp"), "--report-json", str(tmp_path / "report.json"),
@@ -173,8 +181,10 @@ def test_spark_submit_runs_the_job(tmp_path, ch7_stream_dir):
     assert "attributed     : 2" in result.stdout
     # spark-submit's PythonRunner merges the driver's stderr into its stdout
     assert "batch 0: input 4 rows" in result.stdout + result.stderr
+    assert (tmp_path / "out" / "_delta_log").is_dir()
     rows = read_attribution_rows(tmp_path / "out")
     assert {(r.goal_event_id, r.impression_id, r.trail) for r in rows} == CH7_ROWS
+    assert {r.model for r in rows} == {"last_touch"}  # the default --models
     assert json.loads((tmp_path / "report.json").read_text())["goals"] == 2
 
 

@@ -204,3 +204,41 @@ def test_a_topic_that_does_not_exist_is_one_line_before_spark(tmp_path, kafka_bo
     line = error_line(capsys.readouterr().err)
     assert f"Kafka topic(s) no-such-topic do not exist at {kafka_bootstrap}" in line
     assert not (tmp_path / "out").exists()
+
+
+def _topic_run(kafka_bootstrap: str, tmp_path: Path, input_topic: str, output_topic: str):
+    from jobs import attribution_job
+
+    return attribution_job.main(["--kafka-bootstrap-servers", kafka_bootstrap,
+                                 "--kafka-topics", input_topic, "--output-topic", output_topic,
+                                 "--checkpoint", str(tmp_path / "cp"),
+                                 "--log-file", str(tmp_path / "spark.log")])
+
+
+def test_output_topic_problems_are_one_line_before_spark(tmp_path, kafka_bootstrap, capsys,
+                                                         subtests):
+    """A missing output topic, and one that holds records while the checkpoint is new, are
+    refused by the Python Kafka client before Spark starts (exit code 4)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    events, held = _topic(), _topic()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for name, done in admin.create_topics([NewTopic(t, 2, 1) for t in (events, held)]).items():
+        done.result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for n in range(3):
+        producer.produce(held, key=b"k", value=str(n).encode())
+    assert producer.flush(30) == 0
+    with subtests.test(msg="a missing output topic"):
+        assert _topic_run(kafka_bootstrap, tmp_path, events, "no-such-output") == ExitCode.OUTPUT
+        captured = capsys.readouterr()
+        assert ("topic no-such-output does not exist at " + kafka_bootstrap + ": create it first"
+                in error_line(captured.err))
+        assert "starting Spark" not in captured.err
+    with subtests.test(msg="an output topic with records, for a new checkpoint"):
+        assert _topic_run(kafka_bootstrap, tmp_path, events, held) == ExitCode.OUTPUT
+        captured = capsys.readouterr()
+        assert (f"topic {held} holds 3 records and checkpoint {tmp_path / 'cp'} is new"
+                in error_line(captured.err))
+        assert "starting Spark" not in captured.err

@@ -38,10 +38,12 @@ def _start(directory, kafka_opts: str = "") -> str:
     return last.split("=", 1)[1]
 
 
-def _stop(directory) -> None:
+def _stop(directory) -> str:
+    """``stop`` the broker of ``directory``; returns what it printed on stdout."""
     result = _run("stop", "--dir", str(directory))
     assert result.returncode == 0, result.stderr
     assert_no_traceback(result.stderr)
+    return result.stdout
 
 
 def test_start_stop_and_a_restart_that_keeps_the_topics(tmp_path, subtests):
@@ -62,8 +64,9 @@ def test_start_stop_and_a_restart_that_keeps_the_topics(tmp_path, subtests):
         created = admin.create_topics([NewTopic("kept", num_partitions=3, replication_factor=1)])
         created["kept"].result(30)
     finally:
-        _stop(tmp_path)
+        stopped = _stop(tmp_path)
     with subtests.test(msg="stop ends the broker's process and removes its pid file"):
+        assert stopped.strip() == f"stopped the broker of {tmp_path} (process {pid})"
         assert not _is_broker(pid)
         assert not BrokerDir(tmp_path).pid_file.exists()
     with subtests.test(msg="a stop with nothing left to stop says so, not an error"):

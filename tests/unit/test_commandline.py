@@ -180,6 +180,19 @@ def _progress(batch_id, users_change, rows_total, watermark="1970-01-01T00:00:00
                                  "users_change": users_change}})
 
 
+def test_the_join_jobs_progress_line_says_none_yet_before_a_watermark_as_the_attribution_job():
+    from jobs.join_job import ClickJoinRun
+
+    counts = {"batch_id": 0, "records_read": 4, "invalid": 0, "duplicates_dropped": 0,
+              "dropped_by_watermark": 0, "output_rows": 0, "join_state_rows": 4,
+              "join_state_rows_updated": 4, "join_state_rows_removed": 0,
+              "watermark": "1970-01-01T00:00:00.000Z"}
+    run = ClickJoinRun(query=None, expected=None, quiet=True)
+    assert run.line(counts).endswith("removed 0), watermark none yet")
+    later = {**counts, "watermark": "2024-03-01T00:03:00.000Z"}
+    assert run.line(later).endswith("watermark 2024-03-01T00:03:00.000Z")
+
+
 def test_users_in_state_follow_the_reported_changes_or_spark_row_count():
     stream = io.StringIO()
     by_change = BatchProgress("out", stream=stream, users_at_start=7, users_by_change=True)

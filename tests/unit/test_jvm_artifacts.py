@@ -73,3 +73,40 @@ def test_the_deployment_guide_gives_the_poms_coordinates():
     assert f"--exclude-packages '{conf['spark.jars.excludes']}' " in guide
     for key, value in artifacts.DELTA_CONF.items():
         assert f"--conf {key}={value}" in guide
+
+
+def test_the_environments_spark_defaults_carry_the_jars_delta_and_the_drivers_log(tmp_path):
+    folder = tmp_path / "jars" / artifacts.SPARK
+    folder.mkdir(parents=True)
+    (folder / "delta.jar").write_bytes(b"")
+    (folder / artifacts.MARKER).write_text(artifacts._pom_hash() + "\n")
+    conf_dir = tmp_path / "pyspark" / "conf"
+    assert artifacts.write_spark_defaults(conf_dir, tmp_path / "jars") is None
+    text = (conf_dir / "spark-defaults.conf").read_text()
+    settings = dict(line.split(None, 1) for line in text.splitlines() if not line.startswith("#"))
+    assert settings["spark.jars"] == str(folder / "delta.jar")
+    assert settings["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    log4j = settings["spark.driver.extraJavaOptions"].removeprefix("-Dlog4j2.configurationFile=")
+    assert log4j == artifacts.DRIVER_LOG4J2.as_uri() and artifacts.DRIVER_LOG4J2.is_file()
+    # Written again (the pom changed) over its own file, never over the user's.
+    (conf_dir / "spark-defaults.conf").write_text("spark.master  yarn\n")
+    note = artifacts.write_spark_defaults(conf_dir, tmp_path / "jars")
+    assert "is not this project's: left as it is" in note
+    assert (conf_dir / "spark-defaults.conf").read_text() == "spark.master  yarn\n"
+
+
+def test_without_fetched_jars_the_defaults_ask_spark_to_resolve_the_poms_coordinates(tmp_path):
+    artifacts.write_spark_defaults(tmp_path, tmp_path / "no-jars")
+    text = (tmp_path / "spark-defaults.conf").read_text()
+    assert f"spark.jars.packages  {artifacts.packages_conf()['spark.jars.packages']}" in text
+    assert "spark.jars  " not in text
+
+
+def test_help_describes_the_command_and_the_spark_submit_lines_are_labelled(capsys):
+    with pytest.raises(SystemExit):
+        artifacts.main(["--help"])
+    shown = capsys.readouterr().out
+    assert "spark-defaults.conf" in shown and ":param" not in shown
+    assert artifacts.main(["--spark-submit"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["#", "--packages", "#", "--jars"]

@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..pipeline import apply_trigger
-from ..storage import location
+from ..storage import is_uri, location
 from .base import REPLACE_ALL, REPLACE_DATES, Sink
 
 # The columns that identify one record of the attribution changelog (semantics section 8): the
@@ -128,15 +128,63 @@ class KafkaSink(Sink):
         spark = rows.sparkSession
         partitions, held = _TopicAdmin(spark, self).describe()
         if held and not _started(checkpoint):
-            raise TopicRefused(
-                f"topic {self.topic} holds {held} records and checkpoint {checkpoint} is new: "
-                "this query's rows would repeat their keys, and readers keep the first record "
-                "of each key. Give a new topic (or delete and recreate this one), or the "
-                "checkpoint that wrote it.")
+            raise TopicRefused(self._held_by_another_query(held, checkpoint))
         writer = (self._topic_options(self.records(rows, partitions).writeStream)
                   .outputMode("append").option("checkpointLocation", checkpoint)
                   .queryName(query_name))
         return apply_trigger(writer, trigger).start()
+
+    def _held_by_another_query(self, held: int, checkpoint: str) -> str:
+        return (f"topic {self.topic} holds {held} records and checkpoint {checkpoint} is new: "
+                "this query's rows would repeat their keys, and readers keep the first record "
+                "of each key. Give a new topic (or delete and recreate this one), or the "
+                "checkpoint that wrote it.")
+
+    def _absent(self) -> str:
+        return (f"topic {self.topic} does not exist at {self.bootstrap_servers}: create it "
+                "first, with the partitions its readers need")
+
+    def refusal_before_start(self, checkpoint: str, timeout: float = 10.0) -> Optional[str]:
+        """Why a streaming query on ``checkpoint`` cannot write to the topic, asked with the
+        Python Kafka client before Spark starts (``kafka.``-prefixed options become its
+        settings): no broker answers, the topic does not exist, or it holds records while the
+        checkpoint is new. ``start_stream`` asks again through Spark's client.
+
+        :param checkpoint: the query's checkpoint; one on a Hadoop URI is not read before
+            Spark starts, so only the topic's existence is checked for it.
+        :param timeout: seconds to wait for the cluster's answers.
+        :returns: the refusal in one line, or ``None`` (also when the Python client cannot be
+            set up as Spark's is, e.g. with ``kafka.sasl.jaas.config``: Spark's then checks).
+        """
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        settings = {"bootstrap.servers": self.bootstrap_servers, "log_level": 0}
+        settings.update({k[len(_KAFKA_PREFIX):]: v for k, v in self.options.items()
+                         if k.startswith(_KAFKA_PREFIX)})
+        try:
+            admin = AdminClient(settings)
+        except (KafkaException, ValueError, TypeError):
+            return None
+        try:
+            # Every topic, not this one by name: a request naming it could create it on a
+            # broker that creates topics on first use.
+            described = admin.list_topics(timeout=timeout).topics.get(self.topic)
+            if described is None:
+                return self._absent()
+            if is_uri(checkpoint) or _started(checkpoint):
+                return None
+            partitions = [TopicPartition(self.topic, p) for p in described.partitions]
+            total = []
+            for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):
+                answers = admin.list_offsets({p: spec for p in partitions},
+                                             request_timeout=timeout)
+                total.append(sum(answer.result().offset for answer in answers.values()))
+        except KafkaException as err:
+            return (f"no Kafka broker at {self.bootstrap_servers} answered within {timeout:g} s "
+                    f"({err.args[0].str()}); check --kafka-bootstrap-servers")
+        held = total[1] - total[0]
+        return self._held_by_another_query(held, checkpoint) if held else None
 
     def write_batch(self, rows, replace: str = REPLACE_ALL) -> None:
         """Write ``rows`` to the topic once. A topic keeps what it holds, so ``REPLACE_ALL``
@@ -172,8 +220,8 @@ def _json(columns: Sequence[str]) -> Column:
 def _started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
     entry); read through ``storage``, so a checkpoint on any Hadoop file system counts too."""
-    return any(not entry.name.startswith(".")
-               for entry in (location(checkpoint) / "offsets").iterdir())
+    offsets = location(checkpoint) / "offsets"
+    return offsets.is_dir() and any(not entry.name.startswith(".") for entry in offsets.iterdir())
 
 
 class _TopicAdmin:
@@ -245,8 +293,7 @@ class _TopicAdmin:
         name = cause.getClass().getSimpleName()
         servers = self.sink.bootstrap_servers
         if name == "UnknownTopicOrPartitionException":
-            refused = TopicRefused(f"topic {self.sink.topic} does not exist at {servers}: "
-                                   "create it first, with the partitions its readers need")
+            refused = TopicRefused(self.sink._absent())
             refused.unknown_topic = True
             return refused
         if name == "TimeoutException":
