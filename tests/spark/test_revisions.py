@@ -59,13 +59,17 @@ def _assert_lateness_revises_the_signup_goal(subtests, report, changelog, net, l
 
 
 # The default layout's run with 5 minutes allowed is also the checkpoint its restarts are refused
-# on (below). Lateness through file:// URIs: test_late_records, and the crash tests.
-@pytest.mark.parametrize("layout", ["per-user", "transformWithState"])
-def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, subtests, layout):
+# on (below). The per-user layout's run takes its checkpoint and outputs as file:// URIs (read
+# through Hadoop's file system, as a cluster's paths are); the crash tests run with lateness on
+# URIs too.
+@pytest.mark.parametrize("layout,uri", [("per-user", True), ("transformWithState", False)],
+                         ids=["per-user", "transformWithState"])
+def test_allowed_lateness_revises_the_signup_goal(spark, tmp_path, ch7_dir, subtests, layout,
+                                                  uri):
     """Each layout that revises, other than the default one, gives the hand-derived changelog of
     the chapter 7 files made late with 5 minutes allowed."""
     report, changelog, net, late = ch7_made_late(spark, tmp_path, ch7_dir, *LATENESS,
-                                                 *LAYOUTS[layout])
+                                                 *LAYOUTS[layout], uri=uri)
     _assert_lateness_revises_the_signup_goal(subtests, report, changelog, net, late)
 
 
