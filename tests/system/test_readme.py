@@ -23,8 +23,6 @@ from jobs import docs_examples
 from support import ROOT
 from support.commands import assert_no_traceback, suite_jvm_options_without_spark_settings
 
-pytestmark = pytest.mark.slow
-
 README = ROOT / "README.md"
 SKIP = re.compile(r"<!-- readme-test: skip, (.+?) -->")
 EXAMPLE_OUTPUT = re.compile(r"<!-- (/?)example-output")
@@ -66,7 +64,7 @@ def command_blocks(text: str) -> list[tuple[int, str]]:
     return blocks
 
 
-def test_the_command_blocks_are_found_and_none_is_left_out_unmarked():
+def test_the_blocks_run_are_the_readmes_commands_and_the_marked_ones_are_left_out():
     text = README.read_text()
     blocks = command_blocks(text)
     firsts = [block.splitlines()[0] for _, block in blocks]
@@ -110,6 +108,8 @@ def _script(blocks: list[tuple[int, str]], log_dir: Path) -> str:
     return "\n".join(steps) + "\n"
 
 
+# The second tier: every README command, some minutes of Spark and Kafka.
+@pytest.mark.slow
 def test_the_readme_commands_run_as_printed_in_order(tmp_path):
     text = README.read_text()
     blocks = command_blocks(text)
