@@ -494,6 +494,8 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
 
     Spark's file sink skips every batch whose id its ``_spark_metadata`` log already holds: a new
     checkpoint writing into another query's output would lose its first batches without a word.
+    A Delta table's commits are idempotent per query id, which a new checkpoint changes: it would
+    append every row again, so a new checkpoint is refused on an existing table too.
 
     :param path: the sink's directory (``--output``, ``--dead-letter``).
     :param option: the option that named it, quoted in the message.
@@ -506,13 +508,22 @@ def check_sink_directory(path: str, option: str, checkpoint: str) -> None:
     check_writable_dir(path, option, ExitCode.OUTPUT)
     if not (available(path) and available(checkpoint)):
         return  # a URI before Spark starts: the job checks again once it runs
+    from attribution.spark.output import is_delta_table
+
+    if checkpoint_started(checkpoint):
+        return
     metadata = location(path) / "_spark_metadata"
-    if metadata.iterdir() and not checkpoint_started(checkpoint):
+    if metadata.iterdir():
         raise Failure(ExitCode.OUTPUT,
                       f"{option} {path} holds the output of another streaming query ({metadata}) "
                       f"and checkpoint {checkpoint} is new: Spark's file sink would skip this "
                       f"run's first micro-batches as already written. Give a new {option}, or "
                       "the --checkpoint that wrote it.")
+    if is_delta_table(path):
+        raise Failure(ExitCode.OUTPUT,
+                      f"{option} {path} is a Delta table another run wrote and checkpoint "
+                      f"{checkpoint} is new: this run would append every row a second time. Give "
+                      f"a new {option}, or the --checkpoint that wrote it.")
 
 
 def check_dead_letter_directory(settings) -> None:

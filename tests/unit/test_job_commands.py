@@ -290,3 +290,19 @@ def test_a_generated_datasets_root_as_events_is_refused_naming_its_events(job, t
     line = error_line(capsys.readouterr().err)
     assert f"--events {tmp_path} is a generated dataset" in line
     assert f"its events are in --events {tmp_path / 'events'}" in line
+
+
+def test_a_new_checkpoint_on_a_delta_table_another_run_wrote_is_refused(job, tmp_path, capsys):
+    """Delta's idempotent commits are keyed by the query's id, new with a new checkpoint: its
+    micro-batches would append every row again."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "out"), pa.table({"goal_event_id": ["g1"]}))
+    versions = sorted(p.name for p in (tmp_path / "out" / "_delta_log").iterdir())
+    assert job.main(["--events", str(events_dir(tmp_path)), *outputs(tmp_path)]) == \
+        ExitCode.OUTPUT
+    line = error_line(capsys.readouterr().err)
+    assert (f"--output {tmp_path / 'out'} is a Delta table another run wrote and checkpoint "
+            f"{tmp_path / 'cp'} is new: this run would append every row a second time") in line
+    assert sorted(p.name for p in (tmp_path / "out" / "_delta_log").iterdir()) == versions

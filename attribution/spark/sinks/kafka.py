@@ -220,8 +220,8 @@ def _json(columns: Sequence[str]) -> Column:
 def _started(checkpoint: str) -> bool:
     """True when a query has started a micro-batch under ``checkpoint`` (its offset log has an
     entry); read through ``storage``, so a checkpoint on any Hadoop file system counts too."""
-    offsets = location(checkpoint) / "offsets"
-    return offsets.is_dir() and any(not entry.name.startswith(".") for entry in offsets.iterdir())
+    return any(not entry.name.startswith(".")
+               for entry in (location(checkpoint) / "offsets").iterdir())
 
 
 class _TopicAdmin:
