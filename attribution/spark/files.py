@@ -36,7 +36,7 @@ def data_files(path: PathLike) -> list[Path]:
     Hidden and underscore-prefixed entries (``_SUCCESS``, ``.part-0.tmp``, ``_spark_metadata``)
     are skipped, as Spark's file sources skip them.
 
-    :param path: a data file, or a directory searched recursively.
+    :param path: a data file, or a directory (its own files; subdirectories are not searched).
     """
     path = Path(path)
     if path.is_file():

@@ -16,6 +16,7 @@ from attribution.schema import EVENT_SCHEMA
 from attribution.spark.files import data_files
 from commandline.exits import ExitCode
 from generators.cli import main
+from generators.layout import EVENTS_DIR
 from generators.load import run_load
 from generators.params import GeneratorParams, KafkaTarget
 from generators.stream import Position, stream_for
@@ -129,9 +130,10 @@ def test_load_mode_produces_what_it_writes_as_files(kafka_bootstrap, tmp_path, f
     assert (to_topic.records, to_topic.files, to_topic.heartbeats) == \
         (as_files.records, as_files.files, as_files.heartbeats)
     assert to_topic.heartbeats > 1 and to_topic.topic == name
-    assert not data_files(tmp_path / "state")  # only the stream's state there
+    # Only the stream's state there, no event file.
+    assert not (tmp_path / "state" / EVENTS_DIR).exists() and not data_files(tmp_path / "state")
     _assert_topic_holds_the_files(_consume_all(kafka_bootstrap, name),
-                                  data_files(tmp_path / "files"), fmt)
+                                  data_files(tmp_path / "files" / EVENTS_DIR), fmt)
 
 
 def test_the_stream_command_produces_at_a_rate_and_resumes(kafka_bootstrap, tmp_path, capsys):
