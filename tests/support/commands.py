@@ -105,9 +105,15 @@ def signal_after_batch_1(command: Sequence[str], cwd, signum: int, to_group: boo
     import subprocess
     import threading
 
+    def as_from_a_terminal() -> None:
+        # A shell's background jobs start with SIGINT ignored, and a JVM keeps what it
+        # inherits: the job gets the signals' defaults, as a command typed in a terminal has.
+        for default in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(default, signal.SIG_DFL)
+
     job = subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=env or command_environment(),
-                           start_new_session=True)
+                           start_new_session=True, preexec_fn=as_from_a_terminal)
     watchdog = threading.Timer(wait_seconds, os.killpg, (job.pid, signal.SIGKILL))
     watchdog.start()
     try:
