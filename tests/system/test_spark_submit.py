@@ -4,7 +4,7 @@ current micro-batch with the final report and the signal's exit code, and Spark'
 ``--log-file``: no line of Spark's or the JVM's log reaches the terminal. spark-submit is given
 no jars: the environment's Spark defaults carry them (``python -m jvm.artifacts``). The
 attribution job gets SIGTERM (as ``kill PID`` or a scheduler sends it: exit code 143), the join
-job SIGINT (exit code 130).
+job SIGINT (exit code 130); the second tier sends each job the other signal.
 
 Under spark-submit the JVM is the process signalled, and it started the Python driver as its
 child; the job hands the JVM's SIGTERM and SIGINT to its own stop request (``jobs.runtime``,
@@ -40,20 +40,27 @@ LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d [A-Z]+ |log4j|^WARNING: |
 # module (docs/attribution-job.md, "Running it").
 JVM_OWN_LINE = "WARNING: Using incubator modules: jdk.incubator.vector"
 
-# job script, its own options, the signal, its exit code, the first line of the report
+# job -> its script, its own options, and the first words of its report's title
 JOBS = {
     "attribution": ("attribution_job.py", ["--watermark-delay", "3 minutes"],
-                    signal.SIGTERM, ExitCode.TERMINATED,
-                    "attribution stream run (applyInPandasWithState) stopped by SIGTERM in "),
+                    "attribution stream run (applyInPandasWithState) stopped by {} in "),
     "join": ("join_job.py", ["--strategy", "state-key", "--max-delay", "3 minutes"],
-             signal.SIGINT, ExitCode.INTERRUPTED,
-             "click-through join (state-key, inner) stopped by SIGINT: "),
+             "click-through join (state-key, inner) stopped by {}: "),
 }
+EXIT_CODES = {signal.SIGTERM: ExitCode.TERMINATED, signal.SIGINT: ExitCode.INTERRUPTED}
+# make test: SIGTERM to the attribution job, SIGINT to the join job; the other two pairs are the
+# second tier's.
+CASES = [pytest.param("attribution", signal.SIGTERM, id="attribution-SIGTERM"),
+         pytest.param("join", signal.SIGINT, id="join-SIGINT"),
+         pytest.param("attribution", signal.SIGINT, id="attribution-SIGINT",
+                      marks=pytest.mark.slow),
+         pytest.param("join", signal.SIGTERM, id="join-SIGTERM", marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("name", list(JOBS))
-def test_a_signal_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name):
-    script, options, signum, exit_code, title = JOBS[name]
+@pytest.mark.parametrize("name, signum", CASES)
+def test_a_signal_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path, name, signum):
+    script, options, title = JOBS[name]
+    exit_code = EXIT_CODES[signum]
     signal_name = signal.Signals(signum).name
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
     command = [str(SPARK_SUBMIT), "--master", "local[2]", *SPARK_CODEGEN_DEFAULTS,
@@ -72,7 +79,7 @@ def test_a_signal_to_spark_submit_stops_after_the_batch_with_the_report(tmp_path
     assert f"{signal_name}: stopping after the current micro-batch" in output
     lines = output.rstrip().splitlines()
     assert lines[-1] == f"stopped by {signal_name}; rerun with the same --checkpoint to resume"
-    report = next(line for line in lines if line.startswith(title))
+    report = next(line for line in lines if line.startswith(title.format(signal_name)))
     batches = int(re.search(r"(\d+) batch", report).group(1))
     assert 2 <= batches < FILES  # stopped after batch 1's successor at the latest, files left
 
