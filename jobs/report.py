@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +31,9 @@ from jobs.report_tables import (
     campaign_totals,
     daily_summary,
     describe_measures,
+    last_final_day,
     mark_days,
+    model_days,
     model_totals,
     ranked_campaigns,
     select_rows,
@@ -57,12 +59,15 @@ longer change. Other days are provisional. Parquet output publishes no frontier:
 marked unknown.
 
 Writes into --out:
-  totals.parquet, totals.csv        per model: goals, credited conversions, credited value
+  totals.parquet, totals.csv        per model: goals, credited conversions, credited value,
+                                    organic value and the credited share of all goals' value
   daily.parquet, daily.csv          the table above, with each day's status (final, ...)
   campaigns.parquet, campaigns.csv  the same summed over days, most conversions first
-  conversions_by_campaign.png       credited conversions per campaign, one bar per model
-  daily_credited_value.png          daily credited value per model, provisional days shaded
-  report.html                       all of it on one page (images inlined; works offline)
+  conversions_by_campaign.png       credited conversions per campaign (one bar per model)
+  daily_credited_value.png          daily credited and organic value, one panel per model,
+                                    provisional days shaded
+  report.html                       all of it on one page (images inlined; works offline),
+                                    with the finality rule and each day's status
 """.format(measures=describe_measures(), no_campaign=NO_CAMPAIGN)
 
 EXAMPLES = """\
@@ -213,6 +218,72 @@ def coverage(args: argparse.Namespace, output: CommittedOutput, table: pd.DataFr
     return lines
 
 
+def _duration(ms: int) -> str:
+    # The allowed lateness as the job's options spell durations ("3 days", "30 minutes").
+    if not ms:
+        return "0"
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000),
+                       ("second", 1000)):
+        if ms % size == 0:
+            count = ms // size
+            return f"{count} {unit}" + ("s" if count != 1 else "")
+    return f"{ms} ms"
+
+
+def _listed(days: list) -> str:
+    # A few days by name, more as a span, so that the line stays one line.
+    if len(days) <= 6:
+        return ", ".join(map(str, days))
+    return f"{days[0]} to {days[-1]}"
+
+
+def finality(output: CommittedOutput, days: pd.DataFrame) -> list[str]:
+    """The sentences stating which days of the report are final and why: the rule, the frontier
+    of the output read, the final days and the provisional ones (or why that is unknown).
+
+    :param output: what was read.
+    :param days: the table ``report_tables.model_days`` returned.
+    """
+    rule = ("A day is final when every goal it can hold is at or before the completeness "
+            "frontier final_through, the watermark minus the allowed lateness: its numbers can "
+            "no longer change. A later day is provisional: late records may still revise its "
+            "goals.")
+    frontier = output.frontier
+    if output.format != "delta":
+        return [rule, "This is Parquet output, which publishes no frontier (Delta output "
+                      "does): whether a day is final is unknown, and every day is marked "
+                      "unknown."]
+    if frontier is None:
+        return [rule, f"No commit of the table up to version {output.version} published a "
+                      "frontier: whether a day is final is unknown, and every day is marked "
+                      "unknown."]
+    with_goals = days.loc[days["goals"] > 0, ["day", DAY_STATUS]].drop_duplicates()
+    final = sorted(with_goals.loc[with_goals[DAY_STATUS] == FINAL, "day"])
+    provisional = sorted(with_goals.loc[with_goals[DAY_STATUS] == PROVISIONAL, "day"])
+    last = last_final_day(frontier.final_through_ms)
+    if last is None:
+        lines = [rule, "No day is final yet: the job has published no watermark yet."]
+    else:
+        lateness = _duration(frontier.allowed_lateness_ms or 0)
+        lines = [rule,
+                 f"Here final_through is {_utc(frontier.final_through_ms)}: the watermark "
+                 f"{_utc(frontier.watermark_ms)} (micro-batch {frontier.batch_id}, version "
+                 f"{frontier.version}) minus an allowed lateness of {lateness}.",
+                 f"Final days: every day through {last}"
+                 + (f"; {len(final)} with goals, {final[0]} to {final[-1]}." if final
+                    else "; none of the report's days.")]
+    first_open = (last + timedelta(days=1)) if last else None
+    lines.append("Provisional days: " + (f"every day from {first_open} on" if first_open
+                                         else "every day")
+                 + (f"; {len(provisional)} with goals: {_listed(provisional)}." if provisional
+                    else "; none of the report's days."))
+    return lines
+
+
+def _money(value: float) -> str:
+    return "no values" if pd.isna(value) else f"{value:,.2f}"
+
+
 def total_lines(models: pd.DataFrame) -> list[str]:
     """One line per model of ``report_tables.model_totals``.
 
@@ -220,12 +291,13 @@ def total_lines(models: pd.DataFrame) -> list[str]:
     """
     lines = []
     for total in models.to_dict("records"):
-        value = ("no values" if pd.isna(total["credited_value"])
-                 else f"{total['credited_value']:,.2f}")
+        share = ("" if pd.isna(total["credited_share"])
+                 else f" ({total['credited_share']:.0%} of all goals' value credited)")
         lines.append(f"totals {total['model']}: {total['goals']} goals "
                      f"({total['attributed_goals']} attributed, {total['organic_goals']} "
                      f"organic), {total['conversions']:,.2f} credited conversions, credited "
-                     f"value {value}")
+                     f"value {_money(total['credited_value'])}, organic value "
+                     f"{_money(total['organic_value'])}{share}")
     return lines
 
 
@@ -249,13 +321,16 @@ def main(argv=None) -> int:
     except (NotAttributionOutput, InconsistentChangelog, ReportError) as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    daily = mark_days(daily_summary(selected), output.final_through_ms,
-                      output.frontier is not None)
+    published = output.frontier is not None
+    daily = mark_days(daily_summary(selected), output.final_through_ms, published)
+    days = model_days(selected, output.final_through_ms, published)
     models = model_totals(selected)
-    summary = coverage(args, output, table, selected, daily) + total_lines(models)
+    covers = coverage(args, output, table, selected, daily)
     try:
+        # The page shows the totals as a table, so only what the report covers goes atop it.
         written = write_report(daily, ranked_campaigns(campaign_totals(daily)), models,
-                               Path(args.out), summary)
+                               Path(args.out), covers, days=days,
+                               finality=finality(output, days))
     except ImportError as err:
         print(f"error: the report's charts need matplotlib ({err}); install it with "
               "pip install '.[plot]'", file=sys.stderr)
@@ -263,7 +338,7 @@ def main(argv=None) -> int:
     except OSError as err:
         print(f"error: cannot write the report to --out {args.out}: {err}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    print("\n".join(summary))
+    print("\n".join(covers + total_lines(models)))
     for path in written:
         print(f"  wrote {path}")
     return 0

@@ -13,8 +13,8 @@ micro-batches does (the last planned micro-batch ``N`` committed, no ``offsets/N
 the next trigger was due before the stop reached the query, as a kill in the middle of
 micro-batch ``N+1`` does (``offsets/N+1`` planned, not committed); that a rerun from either
 gives exactly the batch oracle's rows is proven by the crash tests' kills
-(``tests/system/test_reliability_crash.py``). The join job, which has no crash
-test, is rerun here to completion. The output is read through Spark, which honours the file
+(``tests/system/test_reliability_crash.py``), and here by a rerun after the clean stop, for
+both jobs. The output is read through Spark, which honours the file
 sink's log: files of a micro-batch cut short by the stop do not count.
 """
 from __future__ import annotations
@@ -27,12 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from attribution.oracle import attribute_batch
+from attribution.spark.files import read_events
 from commandline.exits import ExitCode
 from support import ROOT
 from support.commands import assert_no_traceback, command_environment
 from support.commands import signal_after_batch_1 as run_and_signal
 from support.datasets import CH7_DIR, stage_in_arrival_order
-from support.outputs import PARQUET_OUTPUT
+from support.outputs import PARQUET_OUTPUT, committed_attributions
 
 JOB = ROOT / "jobs" / "attribution_job.py"
 WAIT_SECONDS = 900  # a JVM start and a few micro-batches on a loaded 2-core machine
@@ -74,7 +76,7 @@ def signal_after_batch_1(command: list, cwd, signum: int, to_group: bool) -> tup
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(tmp_path, name):
+def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(spark, tmp_path, name):
     signum, backend, code, to_group = CASES[name]
     events = stage_in_arrival_order(sorted(CH7_DIR.glob("part-*.json")), tmp_path / "events")
     assert len(list(events.iterdir())) == FILES
@@ -100,6 +102,13 @@ def test_a_signal_stops_the_run_after_the_current_batch_with_its_report(tmp_path
     # after them: the state a rerun starts from (the dead letter comes from the same query's
     # micro-batches).
     assert stopped_after_a_batch(tmp_path / "cp") == list(range(batches))
+
+    # The rerun on the same checkpoint completes the run: exactly the batch oracle's rows.
+    rerun = subprocess.run([sys.executable, *options], cwd=tmp_path, capture_output=True,
+                           text=True, env=command_environment(), timeout=WAIT_SECONDS)
+    assert rerun.returncode == ExitCode.OK, rerun.stderr[-3000:]
+    assert_no_traceback(rerun.stderr + rerun.stdout)
+    assert committed_attributions(spark, tmp_path / "out") == attribute_batch(read_events(events))
 
 
 JOIN_JOB = ROOT / "jobs" / "join_job.py"

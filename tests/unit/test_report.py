@@ -3,9 +3,11 @@ computation, its files, and its refusals (one ``error:`` line, non-zero exit, no
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import date, timezone
+from html.parser import HTMLParser
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -58,10 +60,14 @@ def expected_daily(changelog: pd.DataFrame) -> pd.DataFrame:
     frame["day"] = [ts.date() for ts in frame["goal_ts"]]
     frame["signed_credit"] = frame["sign"] * frame["credit"]
     frame["signed_value"] = frame["sign"] * frame["credited_value"]
+    frame["signed_organic"] = [s * (v if pd.isna(i) else 0.0) if pd.notna(v) else None
+                               for s, v, i in zip(frame["sign"], frame["goal_value"],
+                                                  frame["impression_id"])]
     latest = frame.groupby(["goal_event_id", "model"])["revision"].transform("max")
     current = frame[(frame["revision"] == latest) & (frame["sign"] == 1)]
     keys = ["model", "campaign", "day"]
-    sums = frame.groupby(keys)[["signed_credit", "signed_value"]].sum(min_count=1)
+    sums = frame.groupby(keys)[["signed_credit", "signed_value", "signed_organic"]].sum(
+        min_count=1)
     out = []
     for (model, campaign, day), group in current.groupby(keys):
         goals = group["goal_event_id"].nunique()
@@ -69,6 +75,7 @@ def expected_daily(changelog: pd.DataFrame) -> pd.DataFrame:
         out.append({"model": model, "campaign": campaign, "day": day,
                     "conversions": sums.loc[(model, campaign, day), "signed_credit"],
                     "credited_value": sums.loc[(model, campaign, day), "signed_value"],
+                    "organic_value": sums.loc[(model, campaign, day), "signed_organic"],
                     "attributed_goals": 0 if organic else goals,
                     "organic_goals": goals if organic else 0})
     retracted_only = sums.drop(index=[tuple(r[k] for k in keys) for r in out])
@@ -79,8 +86,12 @@ def expected_daily(changelog: pd.DataFrame) -> pd.DataFrame:
 def expected_totals(changelog: pd.DataFrame) -> dict:
     """Per model, computed another way: conversions and credited value as sums of ``sign *``
     the measure over the raw changelog; goals over the rows of each goal's latest revision."""
-    frame = changelog.assign(signed_credit=changelog["sign"] * changelog["credit"],
-                             signed_value=changelog["sign"] * changelog["credited_value"])
+    frame = changelog.assign(
+        signed_credit=changelog["sign"] * changelog["credit"],
+        signed_value=changelog["sign"] * changelog["credited_value"],
+        signed_organic=[s * v if pd.isna(i) else 0.0 if pd.notna(v) else None for s, v, i in
+                        zip(changelog["sign"], changelog["goal_value"],
+                            changelog["impression_id"])])
     latest = frame.groupby(["goal_event_id", "model"])["revision"].transform("max")
     current = frame[(frame["revision"] == latest) & (frame["sign"] == 1)]
     totals = {}
@@ -91,7 +102,10 @@ def expected_totals(changelog: pd.DataFrame) -> dict:
                          "attributed_goals": now["goal_event_id"].nunique() - organic,
                          "organic_goals": organic,
                          "conversions": rows["signed_credit"].sum(),
-                         "credited_value": rows["signed_value"].sum(min_count=1)}
+                         "credited_value": rows["signed_value"].sum(min_count=1),
+                         "organic_value": rows["signed_organic"].astype(float).sum(min_count=1)}
+        worth = totals[model]["credited_value"] + totals[model]["organic_value"]
+        totals[model]["credited_share"] = totals[model]["credited_value"] / worth
     return totals
 
 
@@ -226,10 +240,12 @@ def test_the_report_reads_output_without_campaigns_or_values(tmp_path):
     assert daily.to_dict("records") == [
         {"model": "last_touch", "campaign": "(no campaign)", "day": "1970-01-01",
          "conversions": 1.0, "credited_value": pytest.approx(float("nan"), nan_ok=True),
-         "attributed_goals": 1, "organic_goals": 0},
+         "attributed_goals": 1, "organic_goals": 0,
+         "organic_value": pytest.approx(float("nan"), nan_ok=True)},
         {"model": "last_touch", "campaign": "(organic)", "day": "1970-01-01",
          "conversions": 0.0, "credited_value": pytest.approx(float("nan"), nan_ok=True),
-         "attributed_goals": 0, "organic_goals": 1}]
+         "attributed_goals": 0, "organic_goals": 1,
+         "organic_value": pytest.approx(float("nan"), nan_ok=True)}]
     assert (tmp_path / "report" / "daily_credited_value.png").stat().st_size > 0
 
 
@@ -299,10 +315,11 @@ LATENESS = 30 * 60_000
 DAY1 = 24 * HOUR
 
 
-def write_delta(path, records: list[dict], batch_id: int | None, watermark: int | None) -> None:
+def write_delta(path, records: list[dict], batch_id: int | None, watermark: int | None,
+                lateness: int = LATENESS) -> None:
     """Commit ``records`` to the Delta table at ``path`` as the job's writer commits a
     micro-batch: partitioned by goal date, its frontier in the commit's ``userMetadata``
-    (none when ``batch_id`` is None)."""
+    (none when ``batch_id`` is None), under an allowed lateness of ``lateness`` ms."""
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
 
@@ -312,7 +329,7 @@ def write_delta(path, records: list[dict], batch_id: int | None, watermark: int 
     days = [r["goal_ts"].astimezone(timezone.utc).date() for r in records]
     table = table.append_column("goal_date", pa.array(days, pa.date32()))
     metadata = (None if batch_id is None else CommitProperties(custom_metadata={
-        "userMetadata": frontier_metadata(batch_id, watermark, LATENESS)}))
+        "userMetadata": frontier_metadata(batch_id, watermark, lateness)}))
     write_deltalake(str(path), table, mode="append", partition_by=["goal_date"],
                     commit_properties=metadata)
 
@@ -395,3 +412,232 @@ def test_day_status(final_through, published, status):
     from jobs.report_tables import day_status
 
     assert day_status(date(1970, 1, 1), final_through, published) == status
+
+
+# -- The page and its charts: five models over twenty days, a gap, a spike, a provisional tail ---
+
+MODELS = ("first_touch", "last_touch", "linear", "position_based", "time_decay")
+GAP = (6, 7, 8)   # days without any goal
+SPIKE = 3         # the day whose goal is worth 100 times the others'
+DAYS = 20
+
+
+def long_records() -> list[dict]:
+    """Per day but ``GAP``, under every model of ``MODELS``: an attributed goal worth 10 + day
+    (1000 on day ``SPIKE``) and an organic goal worth 4."""
+    records = []
+    for day in (d for d in range(DAYS) if d not in GAP):
+        ts, value = day * DAY1 + 10 * HOUR, 1000.0 if day == SPIKE else 10.0 + day
+        for model in MODELS:
+            records += [row(f"a{day}", ts, day + 1, model, 1.0, "spring", value),
+                        row(f"o{day}", ts + HOUR, None, model, 0.0, None, 4.0)]
+    return records
+
+
+@pytest.fixture
+def long_output(tmp_path):
+    """``long_records`` as a Delta table whose frontier, a watermark at 12:00 on day 18 less
+    an allowed lateness of one day, is inside day 17: days 0 to 16 (1970-01-01 to 01-17) are
+    final, days 17 to 19 (1970-01-18 to 01-20) provisional."""
+    path = tmp_path / "long"
+    write_delta(path, long_records(), 0, 18 * DAY1 + 12 * HOUR, lateness=DAY1)
+    return path
+
+
+class _PageTables(HTMLParser):
+    """The tables of an HTML page: per table, its rows as (the row's class, its cells' text)."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.tables: list[list[tuple[str, list[str]]]] = []
+        self.names: list[str] = []
+        self._cell = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+            self.names.append(dict(attrs).get("id"))
+        elif tag == "tr":
+            self.tables[-1].append((dict(attrs).get("class") or "", []))
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1][1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def table(self, name: str) -> list[tuple[str, list[str]]]:
+        """The table whose ``id`` is ``name``."""
+        return self.tables[self.names.index(name)]
+
+
+def report_page(path, out, *options) -> str:
+    assert report.main(["--attributions", str(path), "--out", str(out), *options]) == 0
+    return (out / "report.html").read_text()
+
+
+def day_rows(page: str) -> dict:
+    """The page's table per day: day -> (the row's class, its cells)."""
+    table = _PageTables(page).table("days")
+    return {cells[0]: (css, cells) for css, cells in table[2:]}
+
+
+def test_the_page_states_the_finality_rule_and_names_final_and_provisional_days(
+        long_output, tmp_path):
+    page = report_page(long_output, tmp_path / "report")
+    assert ("A day is final when every goal it can hold is at or before the completeness "
+            "frontier final_through, the watermark minus the allowed lateness: its numbers can "
+            "no longer change.") in page
+    assert ("Here final_through is 1970-01-18 12:00:00 UTC: the watermark 1970-01-19 12:00:00 "
+            "UTC (micro-batch 0, version 0) minus an allowed lateness of 1 day.") in page
+    assert "Final days: every day through 1970-01-17; 14 with goals, 1970-01-01 to 1970-01-17." \
+        in page
+    assert ("Provisional days: every day from 1970-01-18 on; 3 with goals: 1970-01-18, "
+            "1970-01-19, 1970-01-20.") in page
+    rows = day_rows(page)
+    provisional = {"1970-01-18", "1970-01-19", "1970-01-20"}
+    assert len(rows) == DAYS - len(GAP)
+    for day, (css, cells) in rows.items():
+        status = "provisional" if day in provisional else "final"
+        assert (cells[1], css) == (status, "provisional" if day in provisional else ""), day
+    # Parquet output: the rule is stated, and why no day is known to be final.
+    write_batch_output(tmp_path / "parquet", long_records())
+    page = report_page(tmp_path / "parquet", tmp_path / "parquet-report")
+    assert "A day is final when every goal it can hold is at or before" in page
+    assert "This is Parquet output, which publishes no frontier" in page
+    assert {cells[1] for _, cells in day_rows(page).values()} == {"unknown"}
+
+
+def test_the_page_shows_organic_value_beside_credited_value(long_output, tmp_path):
+    page = report_page(long_output, tmp_path / "report")
+    totals = _PageTables(page).table("totals")
+    heading = totals[0][1]
+    assert heading[heading.index("credited value") + 1] == "organic value"
+    attributed = sum(1000.0 if d == SPIKE else 10.0 + d for d in range(DAYS) if d not in GAP)
+    organic = 4.0 * (DAYS - len(GAP))
+    by_model = {cells[0]: dict(zip(heading, cells)) for _, cells in totals[1:]}
+    assert set(by_model) == set(MODELS)
+    for cells in by_model.values():
+        assert cells["credited value"] == f"{attributed:,.2f}"
+        assert cells["organic value"] == f"{organic:,.2f}"
+        assert cells["credited share"] == f"{attributed / (attributed + organic):.1%}"
+    # Per day, per model: day 1 (1970-01-02) credits 11 and has 4 organic.
+    _, cells = day_rows(page)["1970-01-02"]
+    assert cells[3:] == ["11.00", "4.00"] * len(MODELS)
+    saved = pd.read_csv(tmp_path / "report" / "totals.csv").set_index("model")
+    assert saved["organic_value"].tolist() == [organic] * len(MODELS)
+
+
+def test_the_totals_are_on_the_page_once(long_output, tmp_path, capsys):
+    page = report_page(long_output, tmp_path / "report")
+    assert page.count("<th>credited share</th>") == 1 and page.count("<h2>Totals") == 1
+    assert "totals linear:" not in page            # not repeated above the table, as text
+    printed = capsys.readouterr().out  # printed, one line per model
+    assert printed.count("totals linear: 34 goals (17 attributed, 17 organic)") == 1
+
+
+def test_a_one_model_report_says_which_model_it_shows(long_output, tmp_path):
+    from jobs.report_render import conversions_chart, value_chart
+
+    page = report_page(long_output, tmp_path / "one", "--models", "linear")
+    assert "<title>Attribution report: linear</title>" in page
+    titles = re.findall(r"<(?:title|h1|h2)>(.*?)</", page)
+    assert not [t for t in titles if "model" in t.replace("linear", "")], titles
+    assert "<h2>Totals</h2>" in page
+    daily = pd.read_parquet(tmp_path / "one" / "campaigns.parquet")
+    figure = conversions_chart(daily, tmp_path / "bars.png")
+    assert figure.get_suptitle() == "Credited conversions per campaign: linear"
+    assert not figure.legends  # one model: nothing to tell apart
+    days = long_days(long_output)
+    figure = value_chart(days[days["model"] == "linear"], tmp_path / "days.png")
+    assert figure.get_suptitle() == "Daily credited and organic value: linear (UTC day of the goal)"
+    # Five models: the titles say so.
+    page = report_page(long_output, tmp_path / "five")
+    assert "<title>Attribution report: 5 models</title>" in page
+    figure = conversions_chart(pd.read_parquet(tmp_path / "five" / "campaigns.parquet"),
+                               tmp_path / "bars5.png")
+    assert figure.get_suptitle() == "Credited conversions per campaign, one bar per model"
+    assert value_chart(days, tmp_path / "days5.png").get_suptitle() == (
+        "Daily credited and organic value per model (UTC day of the goal)")
+
+
+def long_days(path) -> pd.DataFrame:
+    """``report_tables.model_days`` of the output at ``path``, as the report computes it."""
+    from attribution.spark.changelog import fold_changelog
+    from attribution.spark.output import read_committed_output
+    from jobs.report_tables import model_days
+
+    output = read_committed_output(path)
+    return model_days(fold_changelog(output.rows), output.final_through_ms, True)
+
+
+def test_the_daily_chart_has_one_panel_per_model_and_breaks_on_days_without_goals(
+        long_output, tmp_path):
+    import numpy as np
+
+    from jobs.report_render import CREDITED_STYLE, ORGANIC_STYLE, value_chart
+
+    days = long_days(long_output)
+    assert len(days) == DAYS * len(MODELS)  # every calendar day, those without goals too
+    gap = days[days["day"].isin([date(1970, 1, 1 + d) for d in GAP])]
+    assert (gap["goals"] == 0).all() and gap[["credited_value", "organic_value"]].isna().all(
+        ).all()
+    figure = value_chart(days, tmp_path / "days.png")
+    assert [ax.get_title(loc="left") for ax in figure.axes] == list(MODELS)
+    for ax in figure.axes:
+        for style in (CREDITED_STYLE, ORGANIC_STYLE):
+            (line,) = [li for li in ax.get_lines() if li.get_label() == style["label"]]
+            missing = np.flatnonzero(np.isnan(np.asarray(line.get_ydata(), dtype=float)))
+            assert missing.tolist() == list(GAP)  # no line across the gap
+            assert line.get_markersize() <= 4
+
+
+def test_a_spike_is_cut_and_labelled_with_its_value(long_output, tmp_path):
+    import numpy as np
+
+    from jobs.report_render import CREDITED_STYLE, value_chart, value_cut
+
+    days = long_days(long_output)
+    figure = value_chart(days, tmp_path / "days.png")
+    cut = value_cut(days[["credited_value", "organic_value"]].stack())
+    assert cut is not None and cut < 100  # the other days are worth 4 to 29
+    for ax in figure.axes:
+        (line,) = [li for li in ax.get_lines() if li.get_label() == CREDITED_STYLE["label"]]
+        assert np.nanmax(np.asarray(line.get_ydata(), dtype=float)) == cut
+        assert [t.get_text() for t in ax.texts] == ["1,000"]
+        assert ax.get_ylim()[1] < 2 * cut  # the scale is the other days', not the spike's
+    assert f"axis cut at {cut:,.0f}" in figure.axes[0].get_title(loc="right")
+    # Without the spike nothing is cut.
+    assert value_cut(days.loc[days["day"] != date(1970, 1, 1 + SPIKE), "credited_value"]) is None
+
+
+def test_the_provisional_days_are_shaded_in_every_panel(long_output, tmp_path):
+    from matplotlib.dates import date2num
+
+    from jobs.report_render import value_chart
+
+    figure = value_chart(long_days(long_output), tmp_path / "days.png")
+    for ax in figure.axes:
+        (shade,) = [p for p in ax.patches if p.get_label().startswith("provisional days")]
+        first, last = shade.get_x(), shade.get_x() + shade.get_width()
+        assert (first, last) == (date2num(pd.Timestamp("1970-01-18")),
+                                 date2num(pd.Timestamp("1970-01-21")))
+    (legend,) = figure.legends
+    assert "provisional days (may still change)" in [t.get_text() for t in legend.get_texts()]
+
+
+@pytest.mark.parametrize("final_through", [DAY1 - 1, DAY1, DAY1 + 12 * HOUR, 2 * DAY1 - 2])
+def test_the_last_final_day_is_the_last_day_day_status_calls_final(final_through):
+    from datetime import timedelta
+
+    from jobs.report_tables import day_status, last_final_day
+
+    last = last_final_day(final_through)
+    assert day_status(last, final_through, True) == "final"
+    assert day_status(last + timedelta(days=1), final_through, True) == "provisional"
