@@ -177,10 +177,13 @@ def spark_conf(jars: Path = JARS) -> dict:
     found = fetched_jars(SPARK, jars)
     if found is None and shutil.which("mvn"):
         found = fetch(SPARK, jars)
-    if found:
-        conf = {"spark.jars": ",".join(str(j) for j in found)}
-    else:
-        conf = packages_conf()
+    return _session_conf(found)
+
+
+def _session_conf(found: Optional[list]) -> dict:
+    """``spark.jars`` with the ``found`` jars, else Spark's own resolution of the pom's
+    coordinates (``packages_conf``); with Delta's extension and catalog."""
+    conf = {"spark.jars": ",".join(str(j) for j in found)} if found else packages_conf()
     conf.update(DELTA_CONF)
     return conf
 
@@ -241,9 +244,7 @@ def spark_defaults(jars: Path = JARS) -> str:
 
     :param jars: the folder holding one sub-folder per profile.
     """
-    found = fetched_jars(SPARK, jars)
-    conf = ({"spark.jars": ",".join(str(j) for j in found)} if found else packages_conf())
-    conf.update(DELTA_CONF)
+    conf = _session_conf(fetched_jars(SPARK, jars))
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}"
     lines = [DEFAULTS_HEADER,
              "# from jvm/pom.xml, and again whenever it changes; a file without the line above is",

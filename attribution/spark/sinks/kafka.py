@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..pipeline import apply_trigger
+from ..sources.kafka import python_admin
 from ..storage import is_uri, location
 from .base import REPLACE_ALL, REPLACE_DATES, Sink
 
@@ -157,14 +158,10 @@ class KafkaSink(Sink):
             set up as Spark's is, e.g. with ``kafka.sasl.jaas.config``: Spark's then checks).
         """
         from confluent_kafka import KafkaException, TopicPartition
-        from confluent_kafka.admin import AdminClient, OffsetSpec
+        from confluent_kafka.admin import OffsetSpec
 
-        settings = {"bootstrap.servers": self.bootstrap_servers, "log_level": 0}
-        settings.update({k[len(_KAFKA_PREFIX):]: v for k, v in self.options.items()
-                         if k.startswith(_KAFKA_PREFIX)})
-        try:
-            admin = AdminClient(settings)
-        except (KafkaException, ValueError, TypeError):
+        admin = python_admin(self.bootstrap_servers, self.options)
+        if admin is None:
             return None
         try:
             # Every topic, not this one by name: a request naming it could create it on a

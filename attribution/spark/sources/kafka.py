@@ -136,6 +136,26 @@ def offset_ranges(start: Optional[dict], end: dict) -> list[OffsetRange]:
     return ranges
 
 
+
+def python_admin(bootstrap_servers: str, options: Mapping[str, str]):
+    """The Python Kafka admin client set up as Spark's connector is: ``options``' ``kafka.``
+    settings become its own. Used to ask the cluster before Spark starts.
+
+    :param bootstrap_servers: ``HOST:PORT[,...]`` of the cluster.
+    :param options: the options of Spark's Kafka source or sink.
+    :returns: the client, or ``None`` when it refuses a setting only the Java client knows
+        (such as ``kafka.sasl.jaas.config``): Spark's connector then finds out by itself.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    settings = {"bootstrap.servers": bootstrap_servers, "log_level": 0}
+    settings.update({k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")})
+    try:
+        return AdminClient(settings)
+    except (KafkaException, ValueError, TypeError):
+        return None
+
 class KafkaSource(EventSource):
     """Events from Kafka topics.
 
@@ -195,14 +215,9 @@ class KafkaSource(EventSource):
         :raises ConnectionError: no broker answered within ``timeout``.
         """
         from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
 
-        settings = {"bootstrap.servers": self.bootstrap_servers, "log_level": 0}
-        settings.update({k[len("kafka."):]: v for k, v in self.options.items()
-                         if k.startswith("kafka.")})
-        try:
-            admin = AdminClient(settings)
-        except (KafkaException, ValueError, TypeError):
+        admin = python_admin(self.bootstrap_servers, self.options)
+        if admin is None:
             return None
         try:
             known = admin.list_topics(timeout=timeout).topics
